@@ -1,0 +1,89 @@
+"""The Backend seam: compile, validate and time variants; time the vendor baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from peak_tune.catalog.types import DeviceProfile
+from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
+
+__all__ = ["Artifact", "Backend", "EvalConfig", "EvalRequest"]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How hard to check and time. Timeouts are per evaluation (validation + timing)."""
+
+    timeout_s: float = 60.0
+    warmup: int = 1
+    repeats: int = 7  # timed runs; the median is reported
+    max_timing_s: float = 3.0  # fewer repeats (at least 3) for kernels slower than this allows
+    validation_seed: int = 0
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A compiled variant: where it lies and what the compiler said about it."""
+
+    path: str
+    compile_key: str
+    log: str = ""
+    resources: Mapping[str, int] = field(default_factory=dict)  # registers, shared memory, ...
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """Validate then time one compiled variant.
+
+    `check_sizes` are validated (fresh random inputs, poisoned outputs, guard regions,
+    inputs unchanged, float64 reference); `size` is validated, timed, and its output
+    checked again after the timed runs.
+    """
+
+    spec: KernelSpec
+    context: KernelContext
+    params: Mapping[str, int]
+    dtype: str
+    size: ProblemSize
+    check_sizes: tuple[ProblemSize, ...]
+    config: EvalConfig
+
+
+class Backend(Protocol):
+    """A backend driver. Errors are typed (peak_tune.errors); the runner maps them."""
+
+    name: str
+
+    def probe(self) -> DeviceProfile:
+        """The device this backend drives here; raises BackendUnavailable if none."""
+        ...
+
+    def fingerprint(self) -> Mapping[str, str]:
+        """Device, compiler version and flags, harness version: part of evaluation keys."""
+        ...
+
+    def compile(
+        self, context: KernelContext, params: Mapping[str, int], dtype: str, build_dir: str
+    ) -> Artifact:
+        """Compile with parameters as -D macros; raises CompileError with the log."""
+        ...
+
+    def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
+        """Validate and time in an isolated process.
+
+        Raises WrongResult, KernelCrash or KernelTimeout; the process is replaced after a
+        crash or timeout so the next evaluation starts clean.
+        """
+        ...
+
+    def time_vendor(
+        self, spec: KernelSpec, dtype: str, size: ProblemSize, config: EvalConfig
+    ) -> tuple[str, Measurement]:
+        """(vendor library name, its timing) measured by the same code as the variants."""
+        ...
+
+    def close(self) -> None:
+        """Stop worker processes."""
+        ...

@@ -1,0 +1,76 @@
+"""Catalog values: natural transformations and device profiles."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from peak_tune.core import ParamDomain, stable_hash
+
+__all__ = ["DeviceProfile", "Pass", "Transformation"]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass of a transformation: the English an applier follows for one region.
+
+    region is "device" (kernel code), "launch" (host-side launch / driver code) or
+    "macros" (tuning-parameter definitions).
+    """
+
+    region: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Transformation:
+    """A natural transformation (transforms/**/<id>.md).
+
+    `requires`: ids that must have been applied before this one.
+    `conflicts`: ids that must not have been applied before this one.
+    `params`: tuning parameters it introduces, with their allowed values.
+    `constraints`: expressions over parameters (its own and earlier ones) that must hold.
+    """
+
+    id: str
+    version: int
+    title: str
+    kernels: tuple[str, ...]
+    backends: tuple[str, ...]
+    requires: tuple[str, ...]
+    conflicts: tuple[str, ...]
+    params: tuple[ParamDomain, ...]
+    constraints: tuple[str, ...]
+    passes: tuple[Pass, ...]
+    summary: str = ""
+    path: str = ""
+
+    def text_hash(self) -> str:
+        """Identity of what an applier is asked to do (id, version, every field, the text)."""
+        return stable_hash(
+            {
+                "id": self.id,
+                "version": self.version,
+                "requires": self.requires,
+                "conflicts": self.conflicts,
+                "params": [[p.name, list(p.values)] for p in self.params],
+                "constraints": self.constraints,
+                "passes": [[p.region, p.text] for p in self.passes],
+            }
+        )
+
+    def applies_to(self, kernel: str, backend: str) -> bool:
+        return kernel in self.kernels and backend in self.backends
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Documented facts about a device (backends/devices/<name>.toml)."""
+
+    name: str
+    title: str
+    backend: str  # the backend this device is driven by: c | cuda | hip | hlsl
+    peak_gflops: Mapping[str, float]  # dtype -> documented peak
+    memory_bandwidth_gbs: float
+    facts: Mapping[str, int | float | str] = field(default_factory=dict)  # for prompts
+    path: str = ""

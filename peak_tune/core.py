@@ -1,0 +1,198 @@
+"""Values that cross the seams between catalogs, appliers, backends, search and cache.
+
+Every value here is frozen; a KernelContext's content hash is its identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "ArgSpec",
+    "KernelContext",
+    "KernelSpec",
+    "Lineage",
+    "Measurement",
+    "Outcome",
+    "ParamDomain",
+    "ProblemSize",
+    "Status",
+    "stable_hash",
+]
+
+
+def stable_hash(payload: Any) -> str:
+    """SHA-256 of a JSON-serialisable payload with sorted keys (hex, 64 chars)."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Status(Enum):
+    """How one evaluation ended. Only OK carries a timing."""
+
+    OK = "ok"
+    INVALID = "invalid"  # illegal sequence or tuning point: pruned, not an error
+    APPLY_ERROR = "apply_error"  # the applier could not carry out a transformation
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "crash"  # the kernel crashed (signal, illegal address, ...)
+    WRONG_RESULT = "wrong_result"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class ProblemSize:
+    """Values of a kernel's problem-size symbols, e.g. {M: 1024, N: 1024, K: 1024}."""
+
+    values: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, mapping: Mapping[str, int]) -> ProblemSize:
+        return cls(tuple(sorted((k, int(v)) for k, v in mapping.items())))
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.values)
+
+    def label(self) -> str:
+        return "x".join(str(v) for _, v in self.values)
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One kernel argument: a buffer (shape in size symbols) or an integer scalar."""
+
+    name: str
+    kind: str  # "buffer" | "scalar"
+    shape: tuple[str, ...] = ()  # expressions in the size symbols (buffers)
+    intent: str = "in"  # "in" | "out" | "inout" (buffers)
+    init: str = "uniform"  # initialiser for inputs: "uniform" (-1, 1) | "normal" | "zeros"
+    value: str = ""  # expression in the size symbols (scalars)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What a kernel computes, independent of backend (seeds/<kernel>/spec.toml)."""
+
+    name: str
+    description: str
+    size_symbols: tuple[str, ...]
+    default_size: ProblemSize
+    args: tuple[ArgSpec, ...]
+    flops: str  # expression in the size symbols
+    min_bytes: str  # expression in the size symbols and `elem` (bytes per element)
+    reference: str  # numpy expression over the input buffers, run in float64
+    error_scale: str  # numpy expression: per-element magnitude the tolerance scales with
+    tolerances: Mapping[str, float]  # dtype -> relative tolerance against error_scale
+    dtypes: tuple[str, ...]
+    sources: Mapping[str, str]  # backend -> seed source text
+    entry: Mapping[str, str]  # backend -> entry-point name
+    check_sizes: tuple[ProblemSize, ...] = ()  # validated too: multiples of no tile
+    folder: str = ""  # where it was loaded from (for messages)
+
+
+@dataclass(frozen=True)
+class ParamDomain:
+    """A tuning parameter: a preprocessor macro with its allowed values."""
+
+    name: str
+    values: tuple[int, ...]
+    introduced_by: str = ""  # transformation id
+
+
+@dataclass(frozen=True)
+class Lineage:
+    parent_hash: str
+    transform_id: str
+    transform_version: int
+    transform_text_hash: str
+    applier: str  # applier identity, e.g. "reference/1" or "llm/gpt-4o-mini@0.2"
+
+
+@dataclass(frozen=True)
+class KernelContext:
+    """One kernel variant.
+
+    `source` holds the kernel with tuning parameters as macros; `constraints` are
+    expressions over parameters that must hold (else the point is invalid);
+    `size_constraints` are expressions over sizes and parameters the variant needs
+    (e.g. "M % MR == 0"): a variant that declares them is only run on sizes meeting them.
+    `applied` lists the transformation ids applied so far, in order. `state` is private
+    to the applier that produced the variant (the reference applier keeps its loop-nest
+    description there); it is part of the identity.
+    """
+
+    kernel: str
+    backend: str
+    source: str
+    entry: str
+    params: tuple[ParamDomain, ...] = ()
+    constraints: tuple[str, ...] = ()
+    size_constraints: tuple[str, ...] = ()
+    applied: tuple[str, ...] = ()
+    launch: Mapping[str, str] = field(default_factory=dict)  # grid/block/shared (GPU)
+    state: str = ""
+    lineage: Lineage | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that decides what the variant computes and how fast."""
+        return {
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "source": self.source,
+            "entry": self.entry,
+            "params": [[p.name, list(p.values)] for p in self.params],
+            "constraints": list(self.constraints),
+            "size_constraints": list(self.size_constraints),
+            "launch": dict(sorted(self.launch.items())),
+            "state": self.state,
+        }
+
+    def content_hash(self) -> str:
+        return stable_hash(self.identity())
+
+    def param(self, name: str) -> ParamDomain | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Timing of one kernel at one problem size. Raw samples kept; round only to print."""
+
+    samples_ms: tuple[float, ...]
+    flops: float
+
+    @property
+    def median_ms(self) -> float:
+        ordered = sorted(self.samples_ms)
+        mid = len(ordered) // 2
+        if len(ordered) % 2:
+            return ordered[mid]
+        return (ordered[mid - 1] + ordered[mid]) / 2
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the samples."""
+        return (max(self.samples_ms) - min(self.samples_ms)) / self.median_ms
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / (self.median_ms * 1e-3) / 1e9
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of evaluating one variant with one set of parameter values."""
+
+    status: Status
+    measurement: Measurement | None = None
+    message: str = ""  # one line for people; the log goes in `detail`
+    detail: str = ""
+    cached: bool = False
+
+    @property
+    def gflops(self) -> float:
+        return self.measurement.gflops if self.measurement else 0.0
