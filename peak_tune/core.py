@@ -46,13 +46,13 @@ class Status(Enum):
 
 @dataclass(frozen=True)
 class ProblemSize:
-    """Values of a kernel's problem-size symbols, e.g. {M: 1024, N: 1024, K: 1024}."""
+    """Values of a kernel's problem-size symbols in the spec's order, e.g. M, N, K."""
 
     values: tuple[tuple[str, int], ...]
 
     @classmethod
     def of(cls, mapping: Mapping[str, int]) -> ProblemSize:
-        return cls(tuple(sorted((k, int(v)) for k, v in mapping.items())))
+        return cls(tuple((k, int(v)) for k, v in mapping.items()))
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.values)

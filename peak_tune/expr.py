@@ -125,9 +125,8 @@ def evaluate_bool(text: str, names: Mapping[str, Any]) -> bool:
 def names_in(text: str) -> set[str]:
     """Free names of an expression (function names excluded)."""
     tree = _parse(text)
-    called = {
-        n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-    }
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    called = {c.func.id for c in calls if isinstance(c.func, ast.Name)}
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
 
 

@@ -1,0 +1,22 @@
+"""Appliers by name. A new applier is one module plus one line here."""
+
+from __future__ import annotations
+
+import importlib
+
+from peak_tune.appliers.base import Applier
+from peak_tune.errors import UserError
+
+__all__ = ["APPLIERS", "make_applier"]
+
+APPLIERS: dict[str, str] = {
+    "reference": "peak_tune.appliers.reference:ReferenceApplier",
+}
+
+
+def make_applier(name: str) -> Applier:
+    if name not in APPLIERS:
+        raise UserError(f"unknown applier {name!r} (available: {', '.join(sorted(APPLIERS))})")
+    module_name, class_name = APPLIERS[name].split(":")
+    applier: Applier = getattr(importlib.import_module(module_name), class_name)()
+    return applier

@@ -20,6 +20,9 @@ class EvalConfig:
     warmup: int = 1
     repeats: int = 7  # timed runs; the median is reported
     max_timing_s: float = 3.0  # fewer repeats (at least 3) for kernels slower than this allows
+    # A kernel whose first run takes longer than this is clearly not competitive: it is
+    # timed once instead of `repeats` times (0: off). The search sets it from the best.
+    slow_cutoff_ms: float = 0.0
     validation_seed: int = 0
 
 
@@ -30,6 +33,7 @@ class Artifact:
     path: str
     compile_key: str
     log: str = ""
+    reused: bool = False  # an identical build was already on disk: no compiler run
     resources: Mapping[str, int] = field(default_factory=dict)  # registers, shared memory, ...
 
 

@@ -1,0 +1,344 @@
+"""A killable child process that answers JSON-line requests over a dedicated pipe pair.
+
+Backends run kernels in such a worker so that a crash, a hang or a stray write cannot
+take the tuner down. The parent (`WorkerProcess`) enforces a deadline per request and
+kills the worker's whole process group on timeout; a worker that dies is reported as a
+KernelCrash naming the signal, and the next request starts a fresh one.
+
+Requests and replies travel over two pipes passed with `pass_fds`, never over stdout,
+so a kernel that prints cannot corrupt the protocol (the worker's stdout goes to
+/dev/null, its stderr to a file whose tail becomes the crash detail).
+
+The child side is `serve(handlers)`: each handler takes the request dict and returns a
+JSON-serialisable dict; typed errors it raises travel back and are raised again in the
+parent with the same class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import peak_tune
+from peak_tune.core import ArgSpec, KernelSpec, ProblemSize
+from peak_tune.errors import (
+    BackendUnavailable,
+    CompileError,
+    EvaluationError,
+    InvalidPoint,
+    KernelCrash,
+    KernelTimeout,
+    UserError,
+    WrongResult,
+)
+
+__all__ = ["WorkerProcess", "serve", "spec_from_wire", "spec_to_wire"]
+
+_log = logging.getLogger(__name__)
+
+_STDERR_TAIL_BYTES = 4000
+_ERROR_KINDS: tuple[tuple[str, type[Exception]], ...] = (
+    ("wrong_result", WrongResult),
+    ("timeout", KernelTimeout),
+    ("crash", KernelCrash),
+    ("compile", CompileError),
+    ("invalid", InvalidPoint),
+    ("user", UserError),
+)
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class _Expired(Exception):
+    pass
+
+
+class _Died(Exception):
+    pass
+
+
+class WorkerProcess:
+    """Parent side: start, call with a deadline, kill and restart a worker module."""
+
+    def __init__(self, module: str, *, startup_timeout_s: float = 60.0) -> None:
+        self._module = module
+        self._startup_timeout_s = startup_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._request_fd = -1
+        self._response_fd = -1
+        self._stderr: IO[bytes] | None = None
+        self._buffer = b""
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        """Start the worker and wait until it says it is ready."""
+        self.stop()
+        request_read, self._request_fd = os.pipe()
+        self._response_fd, response_write = os.pipe()
+        self._stderr = tempfile.TemporaryFile(prefix="peak-tune-worker-")
+        command = [sys.executable, "-m", self._module,
+                   "--request-fd", str(request_read), "--response-fd", str(response_write)]
+        self._proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+            pass_fds=(request_read, response_write), start_new_session=True, env=_child_env(),
+        )
+        os.close(request_read)
+        os.close(response_write)
+        try:
+            self._receive(time.monotonic() + self._startup_timeout_s)
+        except (_Expired, _Died) as exc:
+            tail = self._stderr_tail()
+            self.stop()
+            last = tail.strip().splitlines()[-1:] or ["no output"]
+            raise BackendUnavailable(
+                f"evaluation worker {self._module} did not start: {last[0]}") from exc
+        _log.debug("worker %s started (pid %d)", self._module, self._proc.pid)
+
+    def call(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one request; its reply's result, or the typed error it raised.
+
+        Raises KernelTimeout (worker killed) after `timeout_s`, KernelCrash if the
+        worker dies; either way the next call starts a fresh worker.
+        """
+        if not self.running:
+            self.start()
+        self._clear_stderr()
+        try:
+            self._send(request)
+            reply = self._receive(time.monotonic() + timeout_s)
+        except _Expired:
+            self.stop()
+            raise KernelTimeout(f"kernel timed out after {timeout_s:g} s") from None
+        except _Died:
+            raise self._crash() from None
+        if reply.get("ok"):
+            return dict(reply["result"])
+        if reply.get("restart"):
+            self.stop()
+        raise _decode_error(reply)
+
+    def stop(self) -> None:
+        """Kill the worker's process group and release its pipes."""
+        if self._proc is not None:
+            self._kill_group()
+            self._proc.wait()
+            self._proc = None
+        for fd in (self._request_fd, self._response_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._request_fd = self._response_fd = -1
+        self._buffer = b""
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def _kill_group(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _crash(self) -> KernelCrash:
+        """The worker closed its pipe: collect how it ended, then clean up."""
+        if self._proc is None:
+            return KernelCrash("kernel crashed: worker gone")
+        try:
+            returncode = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._kill_group()
+            returncode = self._proc.wait()
+        self._kill_group()  # anything the kernel spawned
+        detail = self._stderr_tail()
+        self.stop()
+        if returncode < 0:
+            try:
+                how = signal.Signals(-returncode).name
+            except ValueError:
+                how = f"signal {-returncode}"
+        else:
+            how = f"worker exited with status {returncode}"
+        return KernelCrash(f"kernel crashed: {how}", detail=detail)
+
+    def _send(self, request: Mapping[str, Any]) -> None:
+        data = (json.dumps(request, separators=(",", ":")) + "\n").encode()
+        try:
+            while data:
+                written = os.write(self._request_fd, data)
+                data = data[written:]
+        except BrokenPipeError:
+            raise _Died() from None
+
+    def _receive(self, deadline: float) -> dict[str, Any]:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._response_fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _Expired()
+                if not selector.select(remaining):
+                    continue
+                chunk = os.read(self._response_fd, 1 << 16)
+                if not chunk:
+                    raise _Died()
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def _clear_stderr(self) -> None:
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            self._stderr.truncate()
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0, os.SEEK_END)
+        size = self._stderr.tell()
+        self._stderr.seek(max(0, size - _STDERR_TAIL_BYTES))
+        return self._stderr.read().decode(errors="replace")
+
+
+def _child_env() -> dict[str, str]:
+    """The parent's environment with this package importable (checkout or install)."""
+    env = dict(os.environ)
+    root = str(Path(peak_tune.__file__).resolve().parent.parent)
+    paths = [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def _decode_error(reply: Mapping[str, Any]) -> Exception:
+    kind = reply.get("kind", "crash")
+    classes = dict(_ERROR_KINDS)
+    cls = classes.get(kind, KernelCrash)
+    message = str(reply.get("message", "worker error"))
+    if issubclass(cls, EvaluationError):
+        return cls(message, detail=str(reply.get("detail", "")))
+    return cls(message)
+
+
+def _encode_error(exc: Exception) -> dict[str, Any]:
+    reply: dict[str, Any] = {"ok": False, "restart": bool(getattr(exc, "taints_process", False))}
+    for kind, cls in _ERROR_KINDS:
+        if isinstance(exc, cls):
+            reply.update(kind=kind, message=str(exc), detail=getattr(exc, "detail", ""))
+            return reply
+    reply.update(kind="crash", message=f"{type(exc).__name__}: {exc}",
+                 detail=traceback.format_exc())
+    return reply
+
+
+# ---------------------------------------------------------------- child side
+
+def serve(handlers: Mapping[str, Handler], argv: Sequence[str] | None = None) -> int:
+    """Answer requests until the parent closes the request pipe. Runs in the worker."""
+    parser = argparse.ArgumentParser(description="peak-tune evaluation worker")
+    parser.add_argument("--request-fd", type=int, required=True)
+    parser.add_argument("--response-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    faulthandler.enable()
+    _die_with_parent()
+    with os.fdopen(args.request_fd, "rb") as requests, \
+            os.fdopen(args.response_fd, "wb") as replies:
+        _reply(replies, {"ok": True, "result": {"pid": os.getpid()}})
+        for line in requests:
+            _reply(replies, _handle(handlers, json.loads(line)))
+    return 0
+
+
+def _handle(handlers: Mapping[str, Handler], request: dict[str, Any]) -> dict[str, Any]:
+    op = request.get("op")
+    if op not in handlers:
+        return {"ok": False, "kind": "crash", "message": f"worker has no operation {op!r}"}
+    try:
+        return {"ok": True, "result": handlers[op](request)}
+    except Exception as exc:  # every failure travels back typed
+        return _encode_error(exc)
+
+
+def _reply(stream: IO[bytes], message: Mapping[str, Any]) -> None:
+    stream.write((json.dumps(message, separators=(",", ":")) + "\n").encode())
+    stream.flush()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this worker when its parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    except (OSError, AttributeError):
+        pass
+
+
+# ---------------------------------------------------------------- wire format
+
+def spec_to_wire(spec: KernelSpec) -> dict[str, Any]:
+    """What a worker needs of a KernelSpec, as JSON (sources are left out)."""
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "size_symbols": list(spec.size_symbols),
+        "default_size": spec.default_size.as_dict(),
+        "args": [
+            {"name": a.name, "kind": a.kind, "shape": list(a.shape), "intent": a.intent,
+             "init": a.init, "value": a.value}
+            for a in spec.args
+        ],
+        "flops": spec.flops,
+        "min_bytes": spec.min_bytes,
+        "reference": spec.reference,
+        "error_scale": spec.error_scale,
+        "tolerances": dict(spec.tolerances),
+        "dtypes": list(spec.dtypes),
+        "entry": dict(spec.entry),
+        "check_sizes": [s.as_dict() for s in spec.check_sizes],
+        "folder": spec.folder,
+    }
+
+
+def spec_from_wire(data: Mapping[str, Any]) -> KernelSpec:
+    args = tuple(
+        ArgSpec(name=a["name"], kind=a["kind"], shape=tuple(a["shape"]), intent=a["intent"],
+                init=a["init"], value=a["value"])
+        for a in data["args"]
+    )
+    return KernelSpec(
+        name=data["name"],
+        description=data["description"],
+        size_symbols=tuple(data["size_symbols"]),
+        default_size=ProblemSize.of(data["default_size"]),
+        args=args,
+        flops=data["flops"],
+        min_bytes=data["min_bytes"],
+        reference=data["reference"],
+        error_scale=data["error_scale"],
+        tolerances=dict(data["tolerances"]),
+        dtypes=tuple(data["dtypes"]),
+        sources={},
+        entry=dict(data["entry"]),
+        check_sizes=tuple(ProblemSize.of(s) for s in data["check_sizes"]),
+        folder=data["folder"],
+    )

@@ -1,0 +1,96 @@
+"""Find catalogs: the built-in one (checkout or installed wheel) plus users' folders.
+
+A catalog folder holds any of `transforms/`, `seeds/` and `devices/` (or
+`backends/devices/`); a folder with transformation files (*.md) at its top counts as a
+`transforms/` folder. Users' folders come after the built-in one and override by id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from peak_tune.catalog.loaders import load_devices, load_spec, load_transformations
+from peak_tune.catalog.types import DeviceProfile, Transformation
+from peak_tune.core import KernelSpec
+from peak_tune.errors import UserError
+
+__all__ = ["Catalog", "builtin_root"]
+
+
+def builtin_root() -> Path:
+    """The checkout's root when running from one, else the wheel's bundled copy."""
+    package = Path(__file__).resolve().parent.parent
+    checkout = package.parent
+    if (checkout / "transforms").is_dir() and (checkout / "seeds").is_dir():
+        return checkout
+    bundled = package / "_catalog"
+    if (bundled / "seeds").is_dir():
+        return bundled
+    raise UserError(f"peak-tune's built-in catalog is missing (looked in {checkout} and {bundled})")
+
+
+def _existing(paths: list[Path]) -> list[Path]:
+    return [p for p in paths if p.is_dir()]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The catalog folders in force; loads lazily and checks every file it loads."""
+
+    roots: tuple[Path, ...]
+
+    @classmethod
+    def with_user_folders(cls, folders: list[str] | tuple[str, ...] = ()) -> Catalog:
+        roots = [builtin_root()]
+        for folder in folders:
+            path = Path(folder).expanduser()
+            if not path.is_dir():
+                raise UserError(f"catalog folder {folder!r} does not exist")
+            roots.append(path.resolve())
+        return cls(tuple(roots))
+
+    def _folders(self, *names: str) -> list[Path]:
+        return _existing([root / name for root in self.roots for name in names])
+
+    @cached_property
+    def transformations(self) -> dict[str, Transformation]:
+        folders = self._folders("transforms")
+        folders += [r for r in self.roots[1:] if any(r.glob("*.md")) and r not in folders]
+        return load_transformations(folders)
+
+    @cached_property
+    def devices(self) -> dict[str, DeviceProfile]:
+        return load_devices(self._folders("devices", "backends/devices"))
+
+    @cached_property
+    def kernels(self) -> dict[str, Path]:
+        found: dict[str, Path] = {}
+        for seeds in self._folders("seeds"):
+            for spec in sorted(seeds.glob("*/spec.toml")):
+                found[spec.parent.name] = spec.parent
+        return found
+
+    def spec(self, kernel: str) -> KernelSpec:
+        if kernel not in self.kernels:
+            known = ", ".join(sorted(self.kernels)) or "none"
+            raise UserError(f"unknown kernel {kernel!r} (known: {known})")
+        return load_spec(self.kernels[kernel])
+
+    def device(self, name: str) -> DeviceProfile:
+        if name not in self.devices:
+            known = ", ".join(sorted(self.devices)) or "none"
+            raise UserError(f"unknown device {name!r} (known: {known})")
+        return self.devices[name]
+
+    def transformation(self, tid: str) -> Transformation:
+        if tid not in self.transformations:
+            raise UserError(f"unknown transformation {tid!r} (see `peak-tune transforms list`)")
+        return self.transformations[tid]
+
+    def transformations_for(self, kernel: str, backend: str) -> list[Transformation]:
+        return sorted(
+            (t for t in self.transformations.values() if t.applies_to(kernel, backend)),
+            key=lambda t: t.id,
+        )

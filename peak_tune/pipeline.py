@@ -1,0 +1,228 @@
+"""From a transformation sequence and parameter values to an Outcome, through the cache.
+
+This is the one place where typed errors from appliers and backends become Status
+values. A repeat of anything already done costs no applier call, no compile, no run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from peak_tune.appliers.base import Applier
+from peak_tune.backends.base import Backend, EvalConfig, EvalRequest
+from peak_tune.cache import Cache, application_key, evaluation_key
+from peak_tune.catalog.types import DeviceProfile, Transformation
+from peak_tune.core import (
+    KernelContext,
+    KernelSpec,
+    Outcome,
+    ProblemSize,
+    Status,
+    stable_hash,
+)
+from peak_tune.errors import (
+    ApplyError,
+    CompileError,
+    EvaluationError,
+    InvalidPoint,
+    KernelCrash,
+    KernelTimeout,
+    WrongResult,
+)
+from peak_tune.expr import evaluate_bool, evaluate_int
+
+__all__ = ["Pipeline", "PipelineSetup", "check_sequence", "seed_context"]
+
+log = logging.getLogger(__name__)
+
+_STATUS_OF: dict[type[EvaluationError], Status] = {
+    CompileError: Status.COMPILE_ERROR,
+    KernelCrash: Status.RUNTIME_ERROR,
+    KernelTimeout: Status.TIMEOUT,
+    WrongResult: Status.WRONG_RESULT,
+}
+
+
+def seed_context(spec: KernelSpec, backend: str) -> KernelContext:
+    if backend not in spec.sources:
+        raise InvalidPoint(f"kernel {spec.name!r} has no seed for backend {backend!r}")
+    return KernelContext(
+        kernel=spec.name, backend=backend, source=spec.sources[backend],
+        entry=spec.entry[backend],
+    )
+
+
+def check_sequence(
+    sequence: Sequence[str], transformations: Mapping[str, Transformation]
+) -> None:
+    """Raise InvalidPoint unless every step's requires/conflicts hold and none repeats."""
+    done: list[str] = []
+    for tid in sequence:
+        t = transformations[tid]
+        if tid in done:
+            raise InvalidPoint(f"{tid} applied twice")
+        missing = [r for r in t.requires if r not in done]
+        if missing:
+            raise InvalidPoint(f"{tid} requires {', '.join(missing)} before it")
+        clash = [c for c in t.conflicts if c in done]
+        if clash:
+            raise InvalidPoint(f"{tid} conflicts with {', '.join(clash)}")
+        done.append(tid)
+
+
+@dataclass(frozen=True)
+class PipelineSetup:
+    spec: KernelSpec
+    dtype: str
+    device: DeviceProfile
+    transformations: Mapping[str, Transformation]
+    eval_config: EvalConfig
+
+
+class Pipeline:
+    def __init__(
+        self, setup: PipelineSetup, backend: Backend, applier: Applier, cache: Cache
+    ) -> None:
+        self.setup = setup
+        self.backend = backend
+        self.applier = applier
+        self.cache = cache
+        self.seed = seed_context(setup.spec, backend.name)
+        self.cache.put_context(self.seed)
+        self._fingerprint = dict(backend.fingerprint())
+        spec = setup.spec
+        self._spec_identity = stable_hash(
+            [spec.reference, spec.error_scale, dict(spec.tolerances), spec.flops,
+             [vars(a) for a in spec.args], [s.values for s in spec.check_sizes]]
+        )
+
+    # ---------------------------------------------------------------- applying
+
+    def build(self, sequence: Sequence[str], sample: int = 0) -> list[KernelContext]:
+        """Contexts after each step (seed first). Raises InvalidPoint or ApplyError."""
+        check_sequence(sequence, self.setup.transformations)
+        chain = [self.seed]
+        for tid in sequence:
+            chain.append(self.apply_one(chain[-1], self.setup.transformations[tid], sample))
+        return chain
+
+    def apply_one(
+        self, parent: KernelContext, transformation: Transformation, sample: int = 0
+    ) -> KernelContext:
+        key = application_key(
+            parent.content_hash(), transformation.id, transformation.version,
+            transformation.text_hash(), self.applier.identity, sample,
+        )
+        record = self.cache.get_application(key)
+        if record is None:
+            record = self._apply_uncached(parent, transformation, sample)
+            self.cache.put_application(key, record)
+        if "invalid" in record:
+            raise InvalidPoint(record["invalid"])
+        if "error" in record:
+            raise ApplyError(record["error"])
+        child = self.cache.get_context(record["child"])
+        if child is None:  # a copied cache without its contexts: apply again
+            record = self._apply_uncached(parent, transformation, sample)
+            self.cache.put_application(key, record)
+            child = self.cache.get_context(record["child"])
+            if child is None:
+                raise ApplyError(f"{transformation.id}: {record.get('error', 'no variant')}")
+        return child
+
+    def _apply_uncached(
+        self, parent: KernelContext, transformation: Transformation, sample: int
+    ) -> dict[str, str]:
+        try:
+            child = self.applier.apply(parent, transformation, self.setup.device, sample)
+        except InvalidPoint as exc:
+            return {"invalid": f"{transformation.id}: {exc}"}
+        except ApplyError as exc:
+            return {"error": f"{transformation.id}: {exc}"}
+        return {"child": self.cache.put_context(child)}
+
+    # -------------------------------------------------------------- evaluating
+
+    def flops(self, size: ProblemSize) -> float:
+        return float(evaluate_int(self.setup.spec.flops, size.as_dict()))
+
+    def evaluate(
+        self,
+        context: KernelContext,
+        params: Mapping[str, int],
+        size: ProblemSize,
+        slow_cutoff_ms: float = 0.0,
+    ) -> Outcome:
+        """Validate and time one variant at one size with its parameter values.
+
+        A kernel slower than `slow_cutoff_ms` on its first run is timed only once.
+        """
+        try:
+            self.check_point(context, params, size)
+        except InvalidPoint as exc:
+            return Outcome(Status.INVALID, message=str(exc))
+        key = evaluation_key(
+            context.content_hash(), params, size.as_dict(), self.setup.dtype,
+            self._fingerprint, self._spec_identity,
+        )
+        cached = self.cache.get_evaluation(key)
+        if cached is not None:
+            return cached
+        outcome = self._evaluate_uncached(context, params, size, slow_cutoff_ms)
+        self.cache.put_evaluation(key, outcome)
+        return outcome
+
+    def check_point(
+        self, context: KernelContext, params: Mapping[str, int], size: ProblemSize
+    ) -> None:
+        """Raise InvalidPoint if a constraint fails or a parameter has no value."""
+        missing = [p.name for p in context.params if p.name not in params]
+        if missing:
+            raise InvalidPoint(f"no value for parameter(s) {', '.join(missing)}")
+        for constraint in context.constraints:
+            if not evaluate_bool(constraint, params):
+                raise InvalidPoint(f"constraint {constraint} fails for {_shown(params)}")
+        names = {**params, **size.as_dict()}
+        for constraint in context.size_constraints:
+            if not evaluate_bool(constraint, names):
+                raise InvalidPoint(f"size {size.label()} breaks {constraint}")
+
+    def check_sizes(self, context: KernelContext, params: Mapping[str, int]) -> tuple[
+            ProblemSize, ...]:
+        """The spec's odd check sizes this variant claims to support."""
+        return tuple(
+            s for s in self.setup.spec.check_sizes
+            if all(evaluate_bool(c, {**params, **s.as_dict()}) for c in context.size_constraints)
+        )
+
+    def _evaluate_uncached(
+        self,
+        context: KernelContext,
+        params: Mapping[str, int],
+        size: ProblemSize,
+        slow_cutoff_ms: float,
+    ) -> Outcome:
+        values = {p.name: params[p.name] for p in context.params}
+        try:
+            artifact = self.backend.compile(
+                context, values, self.setup.dtype, str(self.cache.builds)
+            )
+            if not artifact.reused:
+                self.cache.counters.compiles += 1
+            request = EvalRequest(
+                spec=self.setup.spec, context=context, params=values, dtype=self.setup.dtype,
+                size=size, check_sizes=self.check_sizes(context, values),
+                config=replace(self.setup.eval_config, slow_cutoff_ms=slow_cutoff_ms),
+            )
+            measurement = self.backend.evaluate(artifact, request)
+        except EvaluationError as exc:
+            status = _STATUS_OF.get(type(exc), Status.RUNTIME_ERROR)
+            log.info("%s: %s", status.value, exc)
+            return Outcome(status, message=str(exc), detail=exc.detail)
+        return Outcome(Status.OK, measurement=measurement)
+
+
+def _shown(params: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))

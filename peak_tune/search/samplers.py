@@ -1,0 +1,47 @@
+"""Optuna samplers by name (`--sampler`)."""
+
+from __future__ import annotations
+
+import optuna
+
+from peak_tune.errors import UserError
+
+__all__ = ["SAMPLERS", "make_sampler", "is_multi_objective"]
+
+SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
+
+
+def _tpe(seed: int | None) -> optuna.samplers.BaseSampler:
+    # multivariate + group: sequences switch parameters on and off (conditional spaces);
+    # constant_liar keeps parallel workers from drawing the same point.
+    return optuna.samplers.TPESampler(
+        seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10,
+        warn_independent_sampling=False,
+    )
+
+
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return _tpe(seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        # CMA-ES models the numeric choices (step positions); the categorical ones
+        # (which transformations, tile sizes) go to TPE.
+        return optuna.samplers.CmaEsSampler(
+            seed=seed, independent_sampler=_tpe(seed), warn_independent_sampling=False
+        )
+    if name == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise UserError("the gp sampler needs PyTorch: pip install torch") from exc
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    raise UserError(f"unknown sampler {name!r} (choose from {', '.join(SAMPLERS)})")
+
+
+def is_multi_objective(name: str) -> bool:
+    """NSGA-II optimises speed and cost (sequence length) together."""
+    return name == "nsga2"

@@ -1,0 +1,141 @@
+"""How an Optuna trial encodes a transformation sequence and its tuning values.
+
+Optuna needs the same choices under a parameter name in every trial, so sequences are
+encoded in one of two ways (`--encoding`):
+
+- `subset` (default): for every transformation a boolean `use.<id>` and, when used, a
+  position `pos.<id>` in [0, 1]; the sequence is the used ones sorted by position.
+  Each choice keeps its meaning across trials, which TPE learns quickly.
+- `steps`: `step.0`, `step.1`, ... each drawn from one fixed list (`end` + every id).
+
+An illegal pick (a requirement missing or after, a conflict, a repeat) is either
+repaired (`--illegal repair`: steps are reordered after their requirements, and steps
+that still cannot apply are dropped) or the trial is pruned (`--illegal prune`).
+Tuning values are drawn as `<transformation id>.<MACRO>` over the declared values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import optuna
+
+from peak_tune.catalog.types import Transformation
+from peak_tune.core import KernelContext
+from peak_tune.pipeline import check_sequence
+
+__all__ = [
+    "ENCODINGS",
+    "FixedEncoding",
+    "SequenceEncoding",
+    "StepsEncoding",
+    "SubsetEncoding",
+    "repair_sequence",
+    "suggest_params",
+]
+
+END = "end"
+
+
+class SequenceEncoding(Protocol):
+    def suggest(self, trial: optuna.Trial) -> list[str]:
+        """The sequence for this trial; raises InvalidPoint when it must be pruned."""
+        ...
+
+
+def repair_sequence(
+    sequence: Sequence[str], transformations: Mapping[str, Transformation]
+) -> list[str]:
+    """Make a sequence legal with the fewest changes: drop repeats, move each step after
+    the requirements that appear later, drop steps whose requirements are absent or that
+    conflict with an earlier step."""
+    wanted: list[str] = []
+    for tid in sequence:
+        if tid not in wanted:
+            wanted.append(tid)
+    placed: list[str] = []
+    pending = list(wanted)
+    progress = True
+    while pending and progress:
+        progress = False
+        for tid in list(pending):
+            t = transformations[tid]
+            if any(r not in wanted for r in t.requires) or any(c in placed for c in t.conflicts):
+                pending.remove(tid)
+                wanted.remove(tid)
+                progress = True
+                break
+            if all(r in placed for r in t.requires):
+                placed.append(tid)
+                pending.remove(tid)
+                progress = True
+                break
+    return placed
+
+
+class _Checked:
+    def __init__(self, transformations: Mapping[str, Transformation], repair: bool) -> None:
+        self.transformations = dict(transformations)
+        self.ids = sorted(self.transformations)
+        self.repair = repair
+
+    def _finish(self, sequence: list[str]) -> list[str]:
+        if self.repair:
+            return repair_sequence(sequence, self.transformations)
+        check_sequence(sequence, self.transformations)
+        return sequence
+
+
+class SubsetEncoding(_Checked):
+    def suggest(self, trial: optuna.Trial) -> list[str]:
+        chosen: list[tuple[float, str]] = []
+        for tid in self.ids:
+            if trial.suggest_categorical(f"use.{tid}", [False, True]):
+                chosen.append((trial.suggest_float(f"pos.{tid}", 0.0, 1.0), tid))
+        return self._finish([tid for _, tid in sorted(chosen)])
+
+
+class StepsEncoding(_Checked):
+    def __init__(
+        self, transformations: Mapping[str, Transformation], repair: bool, max_steps: int
+    ) -> None:
+        super().__init__(transformations, repair)
+        self.max_steps = max_steps
+
+    def suggest(self, trial: optuna.Trial) -> list[str]:
+        sequence: list[str] = []
+        for index in range(self.max_steps):
+            pick = trial.suggest_categorical(f"step.{index}", [END, *self.ids])
+            if pick == END:
+                break
+            if self.repair and pick in sequence:
+                continue
+            sequence.append(str(pick))
+        return self._finish(sequence)
+
+
+class FixedEncoding:
+    """One given sequence (e.g. a paper's hand-picked one): only parameters are tuned."""
+
+    def __init__(
+        self, sequence: Sequence[str], transformations: Mapping[str, Transformation]
+    ) -> None:
+        check_sequence(sequence, transformations)
+        self.sequence = list(sequence)
+
+    def suggest(self, trial: optuna.Trial) -> list[str]:
+        return list(self.sequence)
+
+
+ENCODINGS = ("subset", "steps")
+
+
+def suggest_params(trial: optuna.Trial, context: KernelContext) -> dict[str, int]:
+    """Values for every tuning parameter of the variant, named by who introduced it."""
+    values: dict[str, int] = {}
+    for domain in context.params:
+        name = f"{domain.introduced_by or 'seed'}.{domain.name}"
+        values[domain.name] = int(trial.suggest_categorical(name, list(domain.values)))
+    return values
+

@@ -1,0 +1,306 @@
+"""A tuning session: the study, the pipeline, the vendor baseline, and the trial loop.
+
+The driver asks Optuna for a trial, turns it into a sequence and tuning values, runs it
+through the pipeline (cache first) and tells Optuna the result. It is the only writer of
+the study and the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from peak_tune.appliers import make_applier
+from peak_tune.backends import make_backend
+from peak_tune.backends.base import Backend, EvalConfig
+from peak_tune.cache import Cache
+from peak_tune.catalog.resolve import Catalog
+from peak_tune.core import Measurement, Outcome, ProblemSize, Status
+from peak_tune.errors import ApplyError, InvalidPoint, UserError
+from peak_tune.pipeline import Pipeline, PipelineSetup
+from peak_tune.search.samplers import is_multi_objective, make_sampler
+from peak_tune.search.space import (
+    FixedEncoding,
+    SequenceEncoding,
+    StepsEncoding,
+    SubsetEncoding,
+    suggest_params,
+)
+
+__all__ = ["TrialRecord", "TuneConfig", "TuneSession", "open_session"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    kernel: str = "matmul"
+    backend: str | None = None  # None: the device's backend
+    device: str | None = None  # None: what this machine has (no GPU: cpu)
+    dtype: str = "float32"
+    sizes: tuple[dict[str, int], ...] = ()  # empty: the spec's default size
+    applier: str = "reference"
+    sampler: str = "tpe"
+    seed: int | None = None
+    study: str | None = None
+    results: Path = Path("results")
+    storage: str | None = None  # None: SQLite in the results folder
+    catalogs: tuple[str, ...] = ()
+    encoding: str = "subset"
+    illegal: str = "repair"
+    sequence: tuple[str, ...] = ()  # fixed sequence: only parameters are tuned
+    max_steps: int = 12
+    step_values: bool = False
+    eval_config: EvalConfig = field(default_factory=EvalConfig)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What one trial did, as the progress view and the summary see it."""
+
+    number: int
+    status: Status
+    sequence: tuple[str, ...]
+    params: dict[str, int]
+    gflops: float
+    message: str
+    cached: bool
+    seconds: float
+
+
+def _check_results_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"results folder {str(folder)!r} is not writable: {exc.strerror}") from exc
+
+
+def _sizes(config: TuneConfig, symbols: tuple[str, ...], default: ProblemSize) -> list[
+        ProblemSize]:
+    if not config.sizes:
+        return [default]
+    sizes = []
+    for given in config.sizes:
+        if set(given) != set(symbols):
+            raise UserError(f"size {given} does not name {', '.join(symbols)}")
+        sizes.append(ProblemSize.of({s: given[s] for s in symbols}))
+    return sizes
+
+
+def geometric_mean(values: list[float]) -> float:
+    if not values or min(values) <= 0:
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+class TuneSession:
+    """Everything one `peak-tune tune` needs, opened and checked before any trial runs."""
+
+    def __init__(self, config: TuneConfig) -> None:
+        self.config = config
+        catalog = Catalog.with_user_folders(config.catalogs)
+        self.spec = catalog.spec(config.kernel)
+        self.device = catalog.device(config.device or "cpu")
+        backend_name = config.backend or self.device.backend
+        if config.dtype not in self.spec.dtypes:
+            raise UserError(
+                f"dtype {config.dtype!r} is not offered by {self.spec.name} "
+                f"(choose from {', '.join(self.spec.dtypes)})"
+            )
+        self.sizes = _sizes(config, self.spec.size_symbols, self.spec.default_size)
+        self.transformations = {
+            t.id: t for t in catalog.transformations_for(self.spec.name, backend_name)
+        }
+        if backend_name not in self.spec.sources:
+            raise UserError(f"kernel {self.spec.name!r} has no seed for backend {backend_name!r}")
+        for tid in config.sequence:
+            if tid not in self.transformations:
+                raise UserError(f"unknown transformation {tid!r} for {self.spec.name} on "
+                                f"{backend_name} (see `peak-tune transforms list`)")
+        _check_results_folder(config.results)
+        self.backend: Backend = make_backend(backend_name, self.device)
+        self.device = self.backend.probe()
+        self.applier = make_applier(config.applier)
+        self.cache = Cache(config.results / "cache")
+        setup = PipelineSetup(self.spec, config.dtype, self.device, self.transformations,
+                              config.eval_config)
+        self.pipeline = Pipeline(setup, self.backend, self.applier, self.cache)
+        self.encoding = self._encoding()
+        self.study = self._study(backend_name)
+        self.vendor: dict[str, tuple[str, Measurement]] = {}
+
+    def _encoding(self) -> SequenceEncoding:
+        c = self.config
+        if c.sequence:
+            return FixedEncoding(c.sequence, self.transformations)
+        if c.illegal not in ("repair", "prune"):
+            raise UserError(f"--illegal must be repair or prune, not {c.illegal!r}")
+        repair = c.illegal == "repair"
+        if c.encoding == "subset":
+            return SubsetEncoding(self.transformations, repair)
+        if c.encoding == "steps":
+            return StepsEncoding(self.transformations, repair, c.max_steps)
+        raise UserError(f"unknown encoding {c.encoding!r} (choose subset or steps)")
+
+    @property
+    def storage_url(self) -> str:
+        return self.config.storage or f"sqlite:///{(self.config.results / 'peak.db').resolve()}"
+
+    def _study(self, backend_name: str) -> optuna.Study:
+        c = self.config
+        identity = {
+            "kernel": self.spec.name, "backend": backend_name, "device": self.device.name,
+            "dtype": c.dtype, "sizes": [s.label() for s in self.sizes],
+        }
+        name = c.study or "-".join(
+            [self.spec.name, self.device.name, c.dtype, "_".join(identity["sizes"])]
+        )
+        if c.sequence:
+            name = c.study or f"{name}-fixed-{'.'.join(c.sequence)}"
+        multi = is_multi_objective(c.sampler)
+        study = optuna.create_study(
+            storage=self.storage_url, study_name=name, load_if_exists=True,
+            sampler=make_sampler(c.sampler, c.seed),
+            directions=["maximize", "minimize"] if multi else ["maximize"],
+        )
+        existing = study.user_attrs.get("identity")
+        if existing and existing != identity:
+            raise UserError(f"study {name!r} was made for {existing}, not {identity}")
+        if not existing:
+            study.set_user_attr("identity", identity)
+            study.set_user_attr("applier", self.applier.identity)
+        if not study.trials and not c.sequence:
+            study.enqueue_trial(self._seed_params(), skip_if_exists=True)
+        return study
+
+    def _seed_params(self) -> dict[str, Any]:
+        if self.config.encoding == "steps":
+            return {"step.0": "end"}
+        return {f"use.{tid}": False for tid in self.transformations}
+
+    # ------------------------------------------------------------------- vendor
+
+    def measure_vendor(self) -> None:
+        """Time the vendor library at every size, in this run, by the backend's timer."""
+        for size in self.sizes:
+            self.vendor[size.label()] = self.backend.time_vendor(
+                self.spec, self.config.dtype, size, self.config.eval_config
+            )
+
+    def vendor_gflops(self) -> float:
+        return geometric_mean([m.gflops for _, m in self.vendor.values()])
+
+    # ------------------------------------------------------------------- trials
+
+    def run(self, trials: int, on_trial: Callable[[TrialRecord], None]) -> None:
+        for _ in range(trials):
+            on_trial(self.run_one())
+
+    def run_one(self) -> TrialRecord:
+        trial = self.study.ask()
+        started = time.perf_counter()
+        try:
+            record = self._run_trial(trial, started)
+        except BaseException:
+            trial.set_user_attr("status", "interrupted")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        self._tell(trial, record)
+        return record
+
+    def _run_trial(self, trial: optuna.Trial, started: float) -> TrialRecord:
+        def ended(status: Status, message: str = "", **kw: Any) -> TrialRecord:
+            return TrialRecord(trial.number, status, tuple(sequence), kw.get("params", {}),
+                               kw.get("gflops", 0.0), message, kw.get("cached", False),
+                               time.perf_counter() - started)
+
+        sequence: list[str] = []
+        try:
+            sequence = self.encoding.suggest(trial)
+            chain = self.pipeline.build(sequence)
+        except InvalidPoint as exc:
+            return ended(Status.INVALID, str(exc))
+        except ApplyError as exc:
+            return ended(Status.APPLY_ERROR, str(exc))
+        variant = chain[-1]
+        params = suggest_params(trial, variant)
+        trial.set_user_attr("context_hash", variant.content_hash())
+        outcomes = [self._evaluate(variant, params, size) for size in self.sizes]
+        failed = next((o for o in outcomes if o.status is not Status.OK), None)
+        if failed:
+            return ended(failed.status, failed.message, params=params, cached=failed.cached)
+        if self.config.step_values:
+            self._report_steps(trial, chain, params)
+        gflops = geometric_mean([o.gflops for o in outcomes])
+        trial.set_user_attr("gflops", {s.label(): o.gflops for s, o in zip(
+            self.sizes, outcomes, strict=True)})
+        trial.set_user_attr("spread", max(o.measurement.spread for o in outcomes
+                                          if o.measurement))
+        return ended(Status.OK, params=params, gflops=gflops,
+                     cached=all(o.cached for o in outcomes))
+
+    def _evaluate(self, variant: Any, params: dict[str, int], size: ProblemSize) -> Outcome:
+        best = self.best_median_ms(size)
+        cutoff = 20 * best if best else 0.0
+        return self.pipeline.evaluate(variant, params, size, slow_cutoff_ms=cutoff)
+
+    def best_median_ms(self, size: ProblemSize) -> float | None:
+        flops = self.pipeline.flops(size)
+        best = self.best_gflops()
+        return flops / (best * 1e9) * 1e3 if best > 0 else None
+
+    def _report_steps(self, trial: optuna.Trial, chain: list[Any], params: dict[str, int]) -> None:
+        """Speed after each step of the sequence (the intermediate values)."""
+        for step, prefix in enumerate(chain[:-1]):
+            values = {p.name: params[p.name] for p in prefix.params}
+            outcomes = [self._evaluate(prefix, values, size) for size in self.sizes]
+            trial.report(geometric_mean([o.gflops for o in outcomes]), step)
+
+    def _tell(self, trial: optuna.Trial, record: TrialRecord) -> None:
+        trial.set_user_attr("status", record.status.value)
+        trial.set_user_attr("sequence", list(record.sequence))
+        trial.set_user_attr("params", record.params)
+        if record.message:
+            trial.set_user_attr("message", record.message[:500])
+        trial.set_user_attr("cached", record.cached)
+        if record.status is Status.OK:
+            values: list[float] = [record.gflops]
+            if is_multi_objective(self.config.sampler):
+                values.append(float(len(record.sequence)))
+            self.study.tell(trial, values)
+        elif record.status is Status.INVALID:
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    # ------------------------------------------------------------------ results
+
+    def best_trial(self) -> optuna.trial.FrozenTrial | None:
+        done = [t for t in self.study.get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.COMPLETE and t.values]
+        return max(done, key=lambda t: t.values[0]) if done else None
+
+    def best_gflops(self) -> float:
+        best = self.best_trial()
+        return best.values[0] if best else 0.0
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def open_session(config: TuneConfig) -> TuneSession:
+    if os.environ.get("PEAK_TUNE_DEBUG"):
+        logging.getLogger("peak_tune").setLevel(logging.DEBUG)
+    return TuneSession(config)
+
