@@ -1,0 +1,161 @@
+"""The `peak-tune` command. `peak-tune [options]` is `peak-tune tune [options]`.
+
+Problems a user can fix print one line and exit with status 2; Ctrl-C keeps the
+finished trials, prints the summary and exits with status 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+from pathlib import Path
+
+from peak_tune.backends.base import EvalConfig
+from peak_tune.errors import UserError
+from peak_tune.search.samplers import SAMPLERS
+from peak_tune.search.space import ENCODINGS
+
+__all__ = ["main"]
+
+_COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashboard")
+
+
+def _size(text: str) -> dict[str, int]:
+    """"N" for a square problem, or "MxNxK"."""
+    parts = text.lower().split("x")
+    if not all(re.fullmatch(r"[1-9][0-9]*", p) for p in parts) or len(parts) not in (1, 3):
+        raise argparse.ArgumentTypeError(f"size {text!r}: use N or MxNxK with positive integers")
+    m, n, k = (parts * 3)[:3] if len(parts) == 1 else parts
+    return {"M": int(m), "N": int(n), "K": int(k)}
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", default="results", metavar="DIR",
+                        help="folder for the study database and the cache (default: results)")
+    parser.add_argument("--catalog", action="append", default=[], metavar="DIR",
+                        help="extra catalog folder (transforms/, seeds/, devices/); repeatable")
+    parser.add_argument("--study", help="study name (default: one per kernel/device/dtype/size)")
+    parser.add_argument("--storage", help="Optuna storage URL (default: SQLite in --results)")
+
+
+def _tune_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("tune", help="search transformation sequences and parameters (default)")
+    _common(p)
+    p.add_argument("--trials", type=int, default=100, help="trials to run now (default 100)")
+    p.add_argument("--kernel", default="matmul")
+    p.add_argument("--backend", help="c (default without a GPU)")
+    p.add_argument("--device", help="device profile (see `peak-tune devices`); default cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--size", action="append", type=_size, default=[], metavar="N|MxNxK",
+                   help="problem size; repeatable (default: the kernel's default size)")
+    p.add_argument("--applier", default="reference", help="reference (offline)")
+    p.add_argument("--sampler", default="tpe", choices=SAMPLERS)
+    p.add_argument("--encoding", default="subset", choices=ENCODINGS,
+                   help="how a trial encodes a sequence (default subset)")
+    p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
+                   help="what to do with an illegal sequence pick (default repair)")
+    p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")
+    p.add_argument("--step-values", action="store_true",
+                   help="also time each prefix of a sequence (Optuna intermediate values)")
+    p.add_argument("--seed", type=int, help="sampler seed, for a repeatable run")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per evaluation")
+    p.add_argument("--repeats", type=int, default=7, help="timed runs per evaluation")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON object on the last line of stdout")
+    p.add_argument("-v", "--verbose", action="store_true")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="peak-tune",
+        description="Tune kernels by searching sequences of natural-language transformations.",
+    )
+    sub = parser.add_subparsers(dest="command")
+    _tune_parser(sub)
+    for name, text in (("show", "the best variant: source, sequence, parameters, lineage"),
+                       ("export", "write the best kernel to a file with a provenance header")):
+        p = sub.add_parser(name, help=text)
+        _common(p)
+        if name == "export":
+            p.add_argument("-o", "--output", help="file to write (default: stdout)")
+    p = sub.add_parser("transforms", help="list or show natural transformations")
+    p.add_argument("action", choices=("list", "show"))
+    p.add_argument("id", nargs="?")
+    p.add_argument("--catalog", action="append", default=[], metavar="DIR")
+    p.add_argument("--backend", help="only those for this backend")
+    p = sub.add_parser("devices", help="list device profiles")
+    p.add_argument("--catalog", action="append", default=[], metavar="DIR")
+    p = sub.add_parser("cache", help="cache statistics")
+    p.add_argument("action", choices=("stats",))
+    p.add_argument("--results", default="results", metavar="DIR")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("dashboard", help="open optuna-dashboard on the results' storage")
+    _common(p)
+    p.add_argument("--port", type=int, default=8080)
+    return parser
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from peak_tune.report import ProgressView, print_summary, summary
+    from peak_tune.tune import TuneConfig, open_session
+
+    if args.trials < 0:
+        raise UserError("--trials must be zero or more")
+    config = TuneConfig(
+        kernel=args.kernel, backend=args.backend, device=args.device, dtype=args.dtype,
+        sizes=tuple(args.size), applier=args.applier, sampler=args.sampler, seed=args.seed,
+        study=args.study, results=Path(args.results), storage=args.storage,
+        catalogs=tuple(args.catalog), encoding=args.encoding, illegal=args.illegal,
+        sequence=tuple(s for s in (args.sequence or "").split(",") if s),
+        step_values=args.step_values,
+        eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),
+    )
+    started = time.perf_counter()
+    session = open_session(config)
+    interrupted = False
+    try:
+        session.measure_vendor()
+        session.run(args.trials, ProgressView(session, args.trials))
+    except KeyboardInterrupt:
+        interrupted = True
+        print("peak-tune: interrupted; finished trials are kept", file=sys.stderr)
+    finally:
+        session.close()
+    data = summary(session, time.perf_counter() - started)
+    print_summary(data, to_stderr=args.json)
+    if args.json:
+        print(json.dumps(data))
+    return 130 if interrupted else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in _COMMANDS and argv[0] not in ("-h", "--help")):
+        argv.insert(0, "tune")
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        if args.command == "tune":
+            return _tune(args)
+        from peak_tune import commands
+
+        return int(getattr(commands, args.command)(args))
+    except UserError as exc:
+        print(f"peak-tune: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

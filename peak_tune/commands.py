@@ -1,0 +1,169 @@
+"""The CLI's smaller commands: show, export, transforms, devices, cache, dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from peak_tune import __version__
+from peak_tune.cache import Cache
+from peak_tune.catalog.resolve import Catalog
+from peak_tune.core import KernelContext
+from peak_tune.errors import UserError
+
+__all__ = ["cache", "dashboard", "devices", "export", "show", "transforms"]
+
+
+def _storage(args: argparse.Namespace) -> str:
+    if args.storage:
+        return str(args.storage)
+    db = Path(args.results) / "peak.db"
+    if not db.is_file():
+        raise UserError(f"no study database at {db} (run `peak-tune` first, or give --results)")
+    return f"sqlite:///{db.resolve()}"
+
+
+def _load_study(args: argparse.Namespace) -> optuna.Study:
+    storage = _storage(args)
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    if not summaries:
+        raise UserError(f"no study in {storage}")
+    names = [s.study_name for s in summaries]
+    if args.study:
+        if args.study not in names:
+            raise UserError(f"no study {args.study!r} (studies: {', '.join(names)})")
+        name = args.study
+    else:  # the most recently started study
+        latest = max(summaries, key=lambda s: s.datetime_start or datetime.datetime.min)
+        name = latest.study_name
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def _best(args: argparse.Namespace) -> tuple[optuna.Study, optuna.trial.FrozenTrial,
+                                             KernelContext, Cache]:
+    study = _load_study(args)
+    done = [t for t in study.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.COMPLETE and t.values]
+    if not done:
+        raise UserError(f"study {study.study_name!r} has no successful trial yet")
+    best = max(done, key=lambda t: t.values[0])
+    cache = Cache(Path(args.results) / "cache")
+    context = cache.get_context(best.user_attrs.get("context_hash", ""))
+    if context is None:
+        raise UserError(f"the best variant of {study.study_name!r} is not in the cache at "
+                        f"{cache.folder}")
+    return study, best, context, cache
+
+
+def show(args: argparse.Namespace) -> int:
+    study, best, context, cache = _best(args)
+    params = best.user_attrs.get("params", {})
+    print(f"study      {study.study_name}  (trial {best.number})")
+    print(f"speed      {best.values[0]:.2f} GFLOP/s  {best.user_attrs.get('gflops', {})}")
+    print(f"sequence   {' > '.join(best.user_attrs.get('sequence', [])) or '(seed)'}")
+    print(f"parameters {', '.join(f'{k}={v}' for k, v in params.items()) or '-'}")
+    print(f"variant    {context.content_hash()}")
+    if context.constraints or context.size_constraints:
+        print(f"constraints {', '.join(context.constraints + context.size_constraints)}")
+    print("lineage")
+    for step in cache.lineage(context):
+        how = (f"{step.lineage.transform_id} v{step.lineage.transform_version} "
+               f"by {step.lineage.applier}" if step.lineage else "seed")
+        print(f"  {step.content_hash()[:16]}  {how}")
+    print("source")
+    print(context.source)
+    return 0
+
+
+def provenance_header(study: optuna.Study, best: optuna.trial.FrozenTrial,
+                      context: KernelContext) -> str:
+    identity: dict[str, Any] = study.user_attrs.get("identity", {})
+    params: dict[str, int] = best.user_attrs.get("params", {})
+    lines = [
+        f"Exported by peak-tune {__version__} on {datetime.date.today().isoformat()}",
+        f"study {study.study_name}, trial {best.number}, variant {context.content_hash()}",
+        f"kernel {identity.get('kernel')} on {identity.get('device')} "
+        f"({identity.get('backend')}), dtype {identity.get('dtype')}, "
+        f"sizes {', '.join(identity.get('sizes', []))}",
+        f"sequence: {' > '.join(best.user_attrs.get('sequence', [])) or '(seed)'}",
+        f"measured: {best.values[0]:.2f} GFLOP/s",
+        "tuning parameters are set below; override them with -DNAME=VALUE",
+    ]
+    if context.size_constraints:
+        lines.append(f"requires sizes with: {', '.join(context.size_constraints)}")
+    header = "/*\n" + "".join(f" * {line}\n" for line in lines) + " */\n"
+    macros = "".join(f"#ifndef {k}\n#define {k} {v}\n#endif\n" for k, v in params.items())
+    return header + macros
+
+
+def export(args: argparse.Namespace) -> int:
+    study, best, context, _ = _best(args)
+    text = provenance_header(study, best, context) + "\n" + context.source
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}")
+    else:
+        print(text, end="")
+    return 0
+
+
+def transforms(args: argparse.Namespace) -> int:
+    catalog = Catalog.with_user_folders(args.catalog)
+    if args.action == "show":
+        if not args.id:
+            raise UserError("which transformation? `peak-tune transforms show ID`")
+        t = catalog.transformation(args.id)
+        print(f"{t.id} (version {t.version}): {t.title}")
+        print(f"file       {t.path}")
+        print(f"kernels    {', '.join(t.kernels)}; backends {', '.join(t.backends)}")
+        print(f"requires   {', '.join(t.requires) or '-'}; conflicts {', '.join(t.conflicts) or '-'}")
+        print("parameters " + (", ".join(f"{p.name} in {list(p.values)}" for p in t.params)
+                               or "-"))
+        for i, p in enumerate(t.passes, 1):
+            print(f"\n## Pass {i} ({p.region})\n{p.text}")
+        return 0
+    for t in sorted(catalog.transformations.values(), key=lambda t: (t.backends, t.id)):
+        if args.backend and args.backend not in t.backends:
+            continue
+        params = " ".join(p.name for p in t.params)
+        print(f"{t.id:<22} {','.join(t.backends):<8} {params:<22} {t.summary or t.title}")
+    return 0
+
+
+def devices(args: argparse.Namespace) -> int:
+    catalog = Catalog.with_user_folders(args.catalog)
+    for d in sorted(catalog.devices.values(), key=lambda d: (d.backend, d.name)):
+        peaks = ", ".join(f"{k} {v / 1000:g} TFLOP/s" for k, v in d.peak_gflops.items() if v)
+        print(f"{d.name:<14} {d.backend:<5} {d.title:<34} {peaks or 'peak unknown'}")
+    return 0
+
+
+def cache(args: argparse.Namespace) -> int:
+    folder = Path(args.results) / "cache"
+    if not folder.is_dir():
+        raise UserError(f"no cache at {folder}")
+    stats = Cache(folder).stats()
+    if args.json:
+        print(json.dumps(stats))
+        return 0
+    print(f"cache {stats['folder']}")
+    for kind in ("contexts", "applications", "evaluations", "builds"):
+        print(f"  {kind:<13} {stats[kind]['entries']:>7} entries "
+              f"{stats[kind]['bytes'] / 1e6:>9.2f} MB")
+    return 0
+
+
+def dashboard(args: argparse.Namespace) -> int:
+    storage = _storage(args)
+    binary = shutil.which("optuna-dashboard")
+    if binary is None:
+        raise UserError("optuna-dashboard is not installed: pip install 'peak-tune[dashboard]'")
+    print(f"optuna-dashboard on http://127.0.0.1:{args.port} for {storage} (Ctrl-C stops it)")
+    return subprocess.call([binary, storage, "--host", "127.0.0.1", "--port", str(args.port)])

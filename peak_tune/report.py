@@ -1,0 +1,136 @@
+"""Progress while tuning, and the summary at the end (text and JSON)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import optuna
+from rich.console import Console
+from rich.table import Table
+
+from peak_tune.core import Status
+from peak_tune.tune import TrialRecord, TuneSession
+
+__all__ = ["ProgressView", "summary", "print_summary"]
+
+_STATUS_LABELS = {
+    Status.OK: "ok",
+    Status.INVALID: "invalid",
+    Status.APPLY_ERROR: "apply error",
+    Status.COMPILE_ERROR: "compile error",
+    Status.WRONG_RESULT: "wrong result",
+    Status.RUNTIME_ERROR: "crash",
+    Status.TIMEOUT: "timeout",
+}
+
+_LABEL_BY_VALUE = {status.value: label for status, label in _STATUS_LABELS.items()}
+
+
+class ProgressView:
+    """One line per trial on stderr: trials done, best so far, percent of the vendor."""
+
+    def __init__(self, session: TuneSession, total: int) -> None:
+        self.session = session
+        self.total = total
+        self.done = 0
+        self.console = Console(stderr=True, highlight=False)
+        self.started = time.perf_counter()
+
+    def __call__(self, record: TrialRecord) -> None:
+        self.done += 1
+        best = self.session.best_gflops()
+        vendor = self.session.vendor_gflops()
+        share = f" = {100 * best / vendor:5.1f}% of vendor" if vendor else ""
+        what = (f"{record.gflops:8.2f} GFLOP/s" if record.status is Status.OK
+                else _STATUS_LABELS[record.status])
+        cached = " (cached)" if record.cached else ""
+        steps = " > ".join(record.sequence) or "seed"
+        self.console.print(
+            f"[{self.done:>4}/{self.total}] trial {record.number:<4} {what:<18}{cached:<9} "
+            f"best {best:8.2f} GFLOP/s{share}  | {steps}",
+            soft_wrap=True,
+        )
+
+
+def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str]]:
+    states: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    for t in study.get_trials(deepcopy=False):
+        states[t.state.name] += 1
+        status = t.user_attrs.get("status")
+        if status:
+            outcomes[_LABEL_BY_VALUE.get(status, status)] += 1
+    return states, outcomes
+
+
+def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
+    """The machine-readable summary (the `--json` line)."""
+    best = session.best_trial()
+    states, outcomes = _counts(session.study)
+    vendor_name = next(iter(session.vendor.values()))[0] if session.vendor else ""
+    vendor_gflops = session.vendor_gflops()
+    best_gflops = best.values[0] if best else 0.0
+    counters = session.cache.counters
+    return {
+        "study": session.study.study_name,
+        "storage": session.storage_url,
+        "kernel": session.spec.name,
+        "device": session.device.name,
+        "backend": session.backend.name,
+        "dtype": session.config.dtype,
+        "sizes": [s.label() for s in session.sizes],
+        "best": {
+            "gflops": best_gflops,
+            "sequence": best.user_attrs.get("sequence", []) if best else [],
+            "params": best.user_attrs.get("params", {}) if best else {},
+            "context_hash": best.user_attrs.get("context_hash", "") if best else "",
+            "trial": best.number if best else None,
+            "gflops_by_size": best.user_attrs.get("gflops", {}) if best else {},
+        },
+        "vendor": {
+            "name": vendor_name,
+            "gflops": vendor_gflops,
+            "gflops_by_size": {k: m.gflops for k, (_, m) in session.vendor.items()},
+        },
+        "ratio": best_gflops / vendor_gflops if vendor_gflops else None,
+        "trials": {
+            "total": sum(states.values()),
+            "complete": states["COMPLETE"],
+            "pruned": states["PRUNED"],
+            "failed": states["FAIL"],
+            "by_outcome": dict(outcomes),
+        },
+        "cache": {
+            "hits": counters.hits,
+            "misses": counters.misses,
+            "compiles": counters.compiles,
+        },
+        "seconds": round(seconds, 3),
+    }
+
+
+def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
+    console = Console(stderr=to_stderr, highlight=False, file=sys.stderr if to_stderr else None)
+    best, vendor = data["best"], data["vendor"]
+    table = Table(title=f"peak-tune: {data['study']}", show_header=False, title_justify="left")
+    table.add_row("best", f"{best['gflops']:.2f} GFLOP/s (trial {best['trial']})")
+    table.add_row("sequence", " > ".join(best["sequence"]) or "(seed)")
+    table.add_row("parameters", ", ".join(f"{k}={v}" for k, v in best["params"].items()) or "-")
+    table.add_row("vendor", f"{vendor['gflops']:.2f} GFLOP/s ({vendor['name']}, this run)")
+    ratio = data["ratio"]
+    table.add_row("ratio", f"{ratio:.3f}x vendor" if ratio is not None else "-")
+    trials = data["trials"]
+    table.add_row("trials", f"{trials['total']} ({trials['complete']} complete, "
+                  f"{trials['pruned']} pruned, {trials['failed']} failed)")
+    table.add_row("by outcome", ", ".join(f"{k} {v}" for k, v in sorted(
+        trials["by_outcome"].items())))
+    cache = data["cache"]
+    table.add_row("cache", f"{cache['hits']} hits, {cache['misses']} misses, "
+                  f"{cache['compiles']} compiles")
+    table.add_row("variant", best["context_hash"][:16] or "-")
+    table.add_row("storage", data["storage"])
+    table.add_row("time", f"{data['seconds']:.1f} s")
+    console.print(table)

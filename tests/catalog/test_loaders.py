@@ -1,0 +1,127 @@
+"""Catalog files: the built-in ones load; each kind of mistake is one clear error."""
+
+from pathlib import Path
+
+import pytest
+
+from peak_tune.catalog.loaders import load_device, load_spec, load_transformation
+from peak_tune.catalog.resolve import Catalog
+from peak_tune.errors import CatalogError, UserError
+
+GOOD = """---
+id: demo-step
+version: 2
+title: A demo step
+summary: Demo.
+kernels: [matmul]
+backends: [c]
+requires: []
+conflicts: []
+params:
+  TILE: [8, 16]
+constraints: ["TILE >= 8"]
+passes:
+  - region: device
+  - region: launch
+---
+## Pass 1: device
+Do the device part with TILE.
+
+## Pass 2: launch
+Do the launch part.
+"""
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def test_builtin_catalog_loads():
+    catalog = Catalog.with_user_folders()
+    spec = catalog.spec("matmul")
+    assert spec.size_symbols == ("M", "N", "K")
+    assert "c" in spec.sources and "for" in spec.sources["c"]
+    assert [s.label() for s in spec.check_sizes] == ["67x53x97", "257x293x331"]
+    assert {"cpu", "h200", "mi250", "a6000", "adreno-x1-85"} <= set(catalog.devices)
+    assert catalog.device("h200").peak_gflops["float32"] == 67000
+
+
+def test_transformation_parses_passes_and_params(tmp_path):
+    t = load_transformation(write(tmp_path, "demo-step.md", GOOD))
+    assert t.id == "demo-step" and t.version == 2
+    assert [p.region for p in t.passes] == ["device", "launch"]
+    assert t.passes[0].text == "Do the device part with TILE."
+    assert t.params[0].name == "TILE" and t.params[0].values == (8, 16)
+    assert t.text_hash() != load_transformation(
+        write(tmp_path, "demo-step.md", GOOD.replace("launch part", "other part"))).text_hash()
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (("version: 2", "version: two"), "version"),
+        (("title: A demo step\n", ""), "title"),
+        (("summary: Demo.", "summery: Demo."), "summery"),
+        (("TILE: [8, 16]", "tile: [8, 16]"), "params.tile"),
+        (("TILE: [8, 16]", "TILE: []"), "params.TILE"),
+        (('["TILE >= 8"]', '["TILE >= SIZE"]'), "constraints[0]"),
+        (("  - region: launch\n", "  - region: host\n"), "passes[1].region"),
+        (("## Pass 2: launch", "## Notes"), "passes"),
+        (("id: demo-step", "id: other-step"), "id"),
+        (("kernels: [matmul]", "kernels: [matmul"), "front matter"),
+    ],
+)
+def test_malformed_transformation_names_file_and_field(tmp_path, change, field):
+    path = write(tmp_path, "demo-step.md", GOOD.replace(*change))
+    with pytest.raises(CatalogError) as info:
+        load_transformation(path)
+    assert info.value.field == field
+    assert str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_front_matter(tmp_path):
+    with pytest.raises(CatalogError, match="front matter"):
+        load_transformation(write(tmp_path, "x.md", "# just text\n"))
+
+
+def test_user_catalog_adds_and_checks_transformations(tmp_path):
+    write(tmp_path, "demo-step.md", GOOD)
+    catalog = Catalog.with_user_folders([str(tmp_path)])
+    assert "demo-step" in catalog.transformations
+    write(tmp_path, "broken.md", GOOD.replace("id: demo-step", "id: broken").replace(
+        "requires: []", "requires: [no-such-step]"))
+    with pytest.raises(CatalogError, match="broken.md: requires: unknown transformation"):
+        _ = Catalog.with_user_folders([str(tmp_path)]).transformations
+
+
+def test_unknown_names_are_user_errors(tmp_path):
+    catalog = Catalog.with_user_folders()
+    with pytest.raises(UserError, match="unknown kernel 'conv'"):
+        catalog.spec("conv")
+    with pytest.raises(UserError, match="unknown device 'tpu9'"):
+        catalog.device("tpu9")
+    with pytest.raises(UserError, match="does not exist"):
+        Catalog.with_user_folders([str(tmp_path / "nope")])
+
+
+def test_malformed_spec_and_device(tmp_path):
+    seed = tmp_path / "seeds" / "bad"
+    seed.mkdir(parents=True)
+    (seed / "naive.c").write_text("void f(void) {}\n")
+    good = (Path(__file__).parents[2] / "seeds" / "matmul" / "spec.toml").read_text()
+    (seed / "spec.toml").write_text(good.replace('flops = "2 * M * N * K"', 'flops = "2 * M * Q"'))
+    with pytest.raises(CatalogError, match=r"spec.toml: flops: unknown name"):
+        load_spec(seed)
+    (seed / "spec.toml").write_text(good.replace('intent = "out"', 'intent = "sideways"'))
+    with pytest.raises(CatalogError, match=r"args\[2\].intent"):
+        load_spec(seed)
+    (seed / "spec.toml").write_text("name = [")
+    with pytest.raises(CatalogError, match="not valid TOML"):
+        load_spec(seed)
+    device = write(tmp_path, "gpu9.toml", 'name = "gpu9"\ntitle = "x"\nbackend = "c"\n'
+                   'memory_bandwidth_gbs = "fast"\n[peak_gflops]\n')
+    with pytest.raises(CatalogError, match="memory_bandwidth_gbs: expected"):
+        load_device(device)
