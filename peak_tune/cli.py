@@ -42,7 +42,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--storage", help="Optuna storage URL (default: SQLite in --results)")
 
 
-def _tune_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="search transformation sequences and parameters (default)")
     _common(p)
     p.add_argument("--trials", type=int, default=100, help="trials to run now (default 100)")
@@ -59,6 +59,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
                    help="what to do with an illegal sequence pick (default repair)")
     p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")
+    p.add_argument("--transforms", help="search only these transformations: ID,ID,...")
+    p.add_argument("--replay", metavar="FILE",
+                   help="answer evaluations from a recording instead of running kernels")
     p.add_argument("--step-values", action="store_true",
                    help="also time each prefix of a sequence (Optuna intermediate values)")
     p.add_argument("--seed", type=int, help="sampler seed, for a repeatable run")
@@ -111,6 +114,8 @@ def _tune(args: argparse.Namespace) -> int:
         study=args.study, results=Path(args.results), storage=args.storage,
         catalogs=tuple(args.catalog), encoding=args.encoding, illegal=args.illegal,
         sequence=tuple(s for s in (args.sequence or "").split(",") if s),
+        only=tuple(s for s in (args.transforms or "").split(",") if s),
+        replay=Path(args.replay) if args.replay else None,
         step_values=args.step_values,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),
     )

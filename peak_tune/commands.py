@@ -123,7 +123,8 @@ def transforms(args: argparse.Namespace) -> int:
         print(f"{t.id} (version {t.version}): {t.title}")
         print(f"file       {t.path}")
         print(f"kernels    {', '.join(t.kernels)}; backends {', '.join(t.backends)}")
-        print(f"requires   {', '.join(t.requires) or '-'}; conflicts {', '.join(t.conflicts) or '-'}")
+        print(f"requires   {', '.join(t.requires) or '-'}")
+        print(f"conflicts  {', '.join(t.conflicts) or '-'}")
         print("parameters " + (", ".join(f"{p.name} in {list(p.values)}" for p in t.params)
                                or "-"))
         for i, p in enumerate(t.passes, 1):

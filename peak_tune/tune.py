@@ -57,6 +57,8 @@ class TuneConfig:
     encoding: str = "subset"
     illegal: str = "repair"
     sequence: tuple[str, ...] = ()  # fixed sequence: only parameters are tuned
+    only: tuple[str, ...] = ()  # search only these transformations (empty: all)
+    replay: Path | None = None  # answer evaluations from this recording (ReplayBackend)
     max_steps: int = 12
     step_values: bool = False
     eval_config: EvalConfig = field(default_factory=EvalConfig)
@@ -124,12 +126,14 @@ class TuneSession:
         }
         if backend_name not in self.spec.sources:
             raise UserError(f"kernel {self.spec.name!r} has no seed for backend {backend_name!r}")
-        for tid in config.sequence:
+        for tid in config.sequence + config.only:
             if tid not in self.transformations:
                 raise UserError(f"unknown transformation {tid!r} for {self.spec.name} on "
                                 f"{backend_name} (see `peak-tune transforms list`)")
+        if config.only:
+            self.transformations = {t: self.transformations[t] for t in config.only}
         _check_results_folder(config.results)
-        self.backend: Backend = make_backend(backend_name, self.device)
+        self.backend: Backend = self._backend(backend_name)
         self.device = self.backend.probe()
         self.applier = make_applier(config.applier)
         self.cache = Cache(config.results / "cache")
@@ -139,6 +143,13 @@ class TuneSession:
         self.encoding = self._encoding()
         self.study = self._study(backend_name)
         self.vendor: dict[str, tuple[str, Measurement]] = {}
+
+    def _backend(self, name: str) -> Backend:
+        if self.config.replay is None:
+            return make_backend(name, self.device)
+        from peak_tune.backends.replay import ReplayBackend
+
+        return ReplayBackend(self.device, self.config.replay)
 
     def _encoding(self) -> SequenceEncoding:
         c = self.config
