@@ -32,6 +32,7 @@ from peak_tune.errors import (
     WrongResult,
 )
 from peak_tune.expr import evaluate_bool, evaluate_int
+from peak_tune.validation import applicable_sizes, require_size_constraints
 
 __all__ = ["Pipeline", "PipelineSetup", "check_sequence", "seed_context"]
 
@@ -184,18 +185,7 @@ class Pipeline:
         for constraint in context.constraints:
             if not evaluate_bool(constraint, params):
                 raise InvalidPoint(f"constraint {constraint} fails for {_shown(params)}")
-        names = {**params, **size.as_dict()}
-        for constraint in context.size_constraints:
-            if not evaluate_bool(constraint, names):
-                raise InvalidPoint(f"size {size.label()} breaks {constraint}")
-
-    def check_sizes(self, context: KernelContext, params: Mapping[str, int]) -> tuple[
-            ProblemSize, ...]:
-        """The spec's odd check sizes this variant claims to support."""
-        return tuple(
-            s for s in self.setup.spec.check_sizes
-            if all(evaluate_bool(c, {**params, **s.as_dict()}) for c in context.size_constraints)
-        )
+        require_size_constraints(context, params, size)
 
     def _evaluate_uncached(
         self,
@@ -213,12 +203,14 @@ class Pipeline:
                 self.cache.counters.compiles += 1
             request = EvalRequest(
                 spec=self.setup.spec, context=context, params=values, dtype=self.setup.dtype,
-                size=size, check_sizes=self.check_sizes(context, values),
+                size=size,
+                check_sizes=applicable_sizes(context, values, self.setup.spec.check_sizes),
                 config=replace(self.setup.eval_config, slow_cutoff_ms=slow_cutoff_ms),
             )
             measurement = self.backend.evaluate(artifact, request)
         except EvaluationError as exc:
-            status = _STATUS_OF.get(type(exc), Status.RUNTIME_ERROR)
+            status = next((s for cls, s in _STATUS_OF.items() if isinstance(exc, cls)),
+                          Status.RUNTIME_ERROR)
             log.info("%s: %s", status.value, exc)
             return Outcome(status, message=str(exc), detail=exc.detail)
         return Outcome(Status.OK, measurement=measurement)

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,7 @@ __all__ = ["WorkerProcess", "serve", "spec_from_wire", "spec_to_wire"]
 _log = logging.getLogger(__name__)
 
 _STDERR_TAIL_BYTES = 4000
+_WATCHDOG_PERIOD_S = 1.0
 _ERROR_KINDS: tuple[tuple[str, type[Exception]], ...] = (
     ("wrong_result", WrongResult),
     ("timeout", KernelTimeout),
@@ -136,7 +138,8 @@ class WorkerProcess:
     def stop(self) -> None:
         """Kill the worker's process group and release its pipes."""
         if self._proc is not None:
-            self._kill_group()
+            if self._proc.returncode is None:
+                self._kill_group()
             self._proc.wait()
             self._proc = None
         for fd in (self._request_fd, self._response_fd):
@@ -160,12 +163,8 @@ class WorkerProcess:
         """The worker closed its pipe: collect how it ended, then clean up."""
         if self._proc is None:
             return KernelCrash("kernel crashed: worker gone")
-        try:
-            returncode = self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._kill_group()
-            returncode = self._proc.wait()
-        self._kill_group()  # anything the kernel spawned
+        self._kill_group()  # before reaping: the dead worker's status stays as it was
+        returncode = self._proc.wait()
         detail = self._stderr_tail()
         self.stop()
         if returncode < 0:
@@ -266,7 +265,7 @@ def serve(handlers: Mapping[str, Handler], argv: Sequence[str] | None = None) ->
 
 
 def _handle(handlers: Mapping[str, Handler], request: dict[str, Any]) -> dict[str, Any]:
-    op = request.get("op")
+    op = str(request.get("op"))
     if op not in handlers:
         return {"ok": False, "kind": "crash", "message": f"worker has no operation {op!r}"}
     try:
@@ -281,16 +280,20 @@ def _reply(stream: IO[bytes], message: Mapping[str, Any]) -> None:
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to kill this worker when its parent dies (no-op elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
+    """Exit when the parent process goes away, even while a kernel is running.
 
-    pr_set_pdeathsig = 1
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
-    except (OSError, AttributeError):
-        pass
+    The request pipe's EOF ends an idle worker; this watchdog thread (the kernel runs
+    with the GIL released) ends one stuck in a kernel. PR_SET_PDEATHSIG is not used:
+    it fires when the parent *thread* that started the worker exits.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCHDOG_PERIOD_S)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 # ---------------------------------------------------------------- wire format

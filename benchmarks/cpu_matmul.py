@@ -1,0 +1,88 @@
+"""CPU benchmark: search on the C backend, best found vs numpy, at 512 and 1024.
+
+Each size is its own study in a fresh results folder (nothing cached from earlier runs);
+numpy's matmul is timed by the same harness in the same run, so the ratio is what
+counts. Prints a short table last and writes the full JSON.
+
+    python benchmarks/cpu_matmul.py --trials 200 --out benchmarks/results/cpu-....json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from peak_tune.report import summary
+from peak_tune.tune import TuneConfig, open_session
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_size(size: int, trials: int, seed: int, results: Path, sampler: str) -> dict[str, Any]:
+    config = TuneConfig(sizes=({"M": size, "N": size, "K": size},), seed=seed,
+                        sampler=sampler, results=results)
+    started = time.perf_counter()
+    session = open_session(config)
+    try:
+        session.measure_vendor()
+        session.run(trials, lambda record: None)
+    finally:
+        session.close()
+    data = summary(session, time.perf_counter() - started)
+    trials_to_half = next(
+        (t.number + 1 for t in sorted(session.study.trials, key=lambda t: t.number)
+         if t.values and data["vendor"]["gflops"]
+         and t.values[0] >= 0.5 * data["vendor"]["gflops"]), None)
+    data["trials_to_half_of_vendor"] = trials_to_half
+    return data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--sizes", default="512,1024")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sampler", default="tpe")
+    parser.add_argument("--out", help="JSON file to write (default: $OUT/cpu_matmul.json)")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="peak-bench-") as tmp:
+        for size in (int(s) for s in args.sizes.split(",")):
+            rows.append(run_size(size, args.trials, args.seed, Path(tmp) / str(size),
+                                 args.sampler))
+    record = {
+        "benchmark": "cpu_matmul",
+        "date": time.strftime("%Y-%m-%d"),
+        "device": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "command": f"python benchmarks/cpu_matmul.py --trials {args.trials} "
+                   f"--sizes {args.sizes} --seed {args.seed} --sampler {args.sampler}",
+        "commit": _commit(),
+        "runs": rows,
+    }
+    out = args.out or os.path.join(os.environ.get("OUT", "."), "cpu_matmul.json")
+    Path(out).write_text(json.dumps(record, indent=1))
+    print(f"\nwrote {out}")
+    print(f"{'size':>6} {'best GFLOP/s':>13} {'numpy GFLOP/s':>14} {'ratio':>6} "
+          f"{'trials':>6} {'to 0.5x':>7} {'time s':>7}  best sequence")
+    for row in rows:
+        print(f"{row['sizes'][0]:>6} {row['best']['gflops']:>13.1f} "
+              f"{row['vendor']['gflops']:>14.1f} {row['ratio']:>6.3f} "
+              f"{row['trials']['total']:>6} {row['trials_to_half_of_vendor'] or '-':>7} "
+              f"{row['seconds']:>7.0f}  {' > '.join(row['best']['sequence'])}")
+
+
+if __name__ == "__main__":
+    main()

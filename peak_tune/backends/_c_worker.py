@@ -1,0 +1,263 @@
+"""The C backend's evaluation worker (a child process; see peak_tune.backends._worker).
+
+`python -m peak_tune.backends._c_worker --request-fd R --response-fd W` loads compiled
+kernels with ctypes, validates them against the float64 reference and times them; the
+vendor baseline (numpy) is timed here too, by the same code.
+
+Timing: `warmup` untimed runs, then up to `repeats` runs each timed with
+`time.perf_counter_ns` around the call alone. Before every timed run the outputs are
+poisoned and the caches flushed by touching a buffer larger than the last-level cache
+(capped, see `_flush_bytes`); the output of the last timed run is checked again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from peak_tune.backends._worker import serve, spec_from_wire
+from peak_tune.core import KernelSpec, ProblemSize
+from peak_tune.errors import CompileError, UserError
+from peak_tune.expr import evaluate
+from peak_tune.validation import (
+    Problem,
+    check_outputs,
+    compute_expected,
+    make_problem,
+    validate_host,
+)
+
+_log = logging.getLogger(__name__)
+
+_C_TYPES: dict[str, type[ctypes._SimpleCData[Any]]] = {
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+}
+_MIN_REPEATS = 3
+_FLUSH_MIN_BYTES = 8 << 20
+_FLUSH_MAX_BYTES = 256 << 20
+_INT_LIMIT = 2**31
+
+_libraries: dict[str, ctypes.CDLL] = {}
+_flusher: _CacheFlusher | None = None
+
+Call = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class _Timing:
+    warmup: int
+    repeats: int
+    max_timing_s: float
+    slow_cutoff_ms: float
+    seed: int
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> _Timing:
+        return cls(int(config["warmup"]), int(config["repeats"]), float(config["max_timing_s"]),
+                   float(config["slow_cutoff_ms"]), int(config["validation_seed"]))
+
+
+class _CacheFlusher:
+    """Evicts the caches by reading and writing a buffer larger than the last level."""
+
+    def __init__(self, nbytes: int) -> None:
+        self._buffer = np.ones(nbytes // 8)
+
+    def flush(self) -> None:
+        self._buffer += 1.0
+
+
+def _flush_bytes() -> int:
+    """1.5 x the largest cache sysfs reports, within [8 MiB, 256 MiB]."""
+    largest = 0
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            largest = max(largest, int(digits) * scale)
+    return min(max(largest * 3 // 2, _FLUSH_MIN_BYTES), _FLUSH_MAX_BYTES)
+
+
+def _cache_flusher() -> _CacheFlusher:
+    global _flusher
+    if _flusher is None:
+        _flusher = _CacheFlusher(_flush_bytes())
+    return _flusher
+
+
+def _bind_kernel(
+    library: str, entry: str, spec: KernelSpec, dtype: str
+) -> Callable[[Problem], Call]:
+    """Load `library` once; a function turning a Problem into a ready-to-time call."""
+    if dtype not in _C_TYPES:
+        raise UserError(f"the C backend supports {', '.join(_C_TYPES)}, not {dtype!r}")
+    if library not in _libraries:
+        try:
+            _libraries[library] = ctypes.CDLL(library)
+        except OSError as exc:
+            raise CompileError(f"cannot load the compiled kernel: {exc}") from None
+    try:
+        function = getattr(_libraries[library], entry)
+    except AttributeError:
+        raise CompileError(f"entry point {entry!r} not found in the compiled kernel") from None
+    pointer = ctypes.POINTER(_C_TYPES[dtype])
+    function.argtypes = [pointer if a.kind == "buffer" else ctypes.c_int for a in spec.args]
+    function.restype = None
+
+    def bind(problem: Problem) -> Call:
+        values: list[Any] = []
+        for value in problem.call_values():
+            if isinstance(value, np.ndarray):
+                values.append(value.ctypes.data_as(pointer))
+            elif abs(value) >= _INT_LIMIT:
+                raise UserError(f"scalar {value} at {problem.label} does not fit a C int")
+            else:
+                values.append(value)
+        return lambda: function(*values)
+
+    return bind
+
+
+def _repeat_count(one_run_s: float, timing: _Timing) -> int:
+    """config.repeats, or fewer (at least 3) when they would take over max_timing_s;
+    a single run for a kernel slower than slow_cutoff_ms (when set)."""
+    if 0 < timing.slow_cutoff_ms < one_run_s * 1e3:
+        return 1
+    if one_run_s * timing.repeats <= timing.max_timing_s or timing.repeats <= _MIN_REPEATS:
+        return timing.repeats
+    return max(_MIN_REPEATS, int(timing.max_timing_s / max(one_run_s, 1e-9)))
+
+
+def _timed_ns(call: Call) -> int:
+    start = time.perf_counter_ns()
+    call()
+    return time.perf_counter_ns() - start
+
+
+def _time_runs(call: Call, problem: Problem, timing: _Timing) -> list[float]:
+    """Samples in milliseconds; outputs poisoned and caches flushed before each run."""
+    flusher = _cache_flusher()
+    estimate_s: float | None = None
+    for _ in range(timing.warmup):
+        problem.poison_outputs()
+        estimate_s = _timed_ns(call) / 1e9
+    samples_ms: list[float] = []
+    target = timing.repeats if estimate_s is None else _repeat_count(estimate_s, timing)
+    while len(samples_ms) < target:
+        problem.poison_outputs()
+        flusher.flush()
+        elapsed_ns = _timed_ns(call)
+        samples_ms.append(elapsed_ns / 1e6)
+        if estimate_s is None:
+            estimate_s = elapsed_ns / 1e9
+            target = _repeat_count(estimate_s, timing)
+    return samples_ms
+
+
+def _validate_then_time(
+    spec: KernelSpec, dtype: str, size: ProblemSize, seed: int,
+    bind: Callable[[Problem], Call], timing: _Timing,
+) -> list[float]:
+    """Time at `size` on fresh inputs, then check the last timed run's output."""
+    problem = make_problem(spec, size, dtype, seed)
+    expected = compute_expected(problem)
+    samples_ms = _time_runs(bind(problem), problem, timing)
+    check_outputs(problem, expected)
+    return samples_ms
+
+
+def _run_bound(bind: Callable[[Problem], Call]) -> Callable[[Problem], None]:
+    return lambda problem: bind(problem)()
+
+
+def _evaluate(request: dict[str, Any]) -> dict[str, Any]:
+    spec = spec_from_wire(request["spec"])
+    dtype = str(request["dtype"])
+    size = ProblemSize.of(request["size"])
+    timing = _Timing.of(request["config"])
+    bind = _bind_kernel(request["library"], request["entry"], spec, dtype)
+    seed = timing.seed
+    checks = [ProblemSize.of(s) for s in request["check_sizes"]]
+    for check in [*checks, size, size]:  # twice at `size`: a stale result cannot pass
+        validate_host(spec, check, dtype, seed, _run_bound(bind))
+        seed += 1
+    samples_ms = _validate_then_time(spec, dtype, size, seed, bind, timing)
+    return {"samples_ms": samples_ms}
+
+
+def _blas_name() -> str:
+    """The BLAS numpy runs on, e.g. "scipy-openblas 0.3.31" (threadpoolctl if present)."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        for info in threadpool_info():
+            if info.get("user_api") == "blas":
+                return f"{info.get('internal_api', 'blas')} {info.get('version', '')}".strip()
+    except ImportError:
+        pass
+    try:
+        config = np.show_config(mode="dicts")
+        blas = config["Build Dependencies"]["blas"]
+        return f"{blas['name']} {blas.get('version', '')}".strip()
+    except (KeyError, TypeError, AttributeError):
+        return "numpy BLAS"
+
+
+def _vendor_call(spec: KernelSpec, problem: Problem) -> Call:
+    """numpy.matmul for matmul; otherwise the reference expression in the target dtype."""
+    arrays = problem.arrays()
+    inputs = [arrays[b.arg.name] for b in problem.buffers if b.arg.intent == "in"]
+    outputs = [arrays[b.arg.name] for b in problem.outputs]
+    if spec.name == "matmul" and len(inputs) == 2 and len(outputs) == 1:
+        left, right, out = inputs[0], inputs[1], outputs[0]
+
+        def run_matmul() -> None:
+            np.matmul(left, right, out=out)
+
+        return run_matmul
+    names: dict[str, Any] = {**problem.size.as_dict(), **problem.scalars, **arrays}
+
+    def run_reference() -> None:
+        result = evaluate(spec.reference, names)
+        results = list(result) if isinstance(result, tuple | list) else [result]
+        for out, value in zip(outputs, results, strict=True):
+            out[...] = value
+
+    return run_reference
+
+
+def _vendor(request: dict[str, Any]) -> dict[str, Any]:
+    spec = spec_from_wire(request["spec"])
+    dtype = str(request["dtype"])
+    size = ProblemSize.of(request["size"])
+    timing = _Timing.of(request["config"])
+
+    def bind(problem: Problem) -> Call:
+        return _vendor_call(spec, problem)
+
+    validate_host(spec, size, dtype, timing.seed, _run_bound(bind))
+    samples_ms = _validate_then_time(spec, dtype, size, timing.seed + 1, bind, timing)
+    if spec.name == "matmul":
+        name = f"numpy ({_blas_name()})"
+    else:
+        name = f"numpy (reference expression in {dtype})"
+    return {"name": name, "samples_ms": samples_ms}
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    return serve({"evaluate": _evaluate, "vendor": _vendor})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""The C backend: gcc/clang with OpenMP, kernels loaded with ctypes in a killable worker.
+
+A variant is compiled to a shared library whose name is its compile key, so a repeat
+costs no compiler run; tuning parameters arrive as -D macros and the element type as
+`-DDTYPE=float|double`. Kernels run in a child process (peak_tune.backends._c_worker)
+that validates them against the float64 reference and times them; numpy's BLAS is
+timed as the vendor baseline by the same code in the same process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from peak_tune.backends._worker import WorkerProcess, spec_to_wire
+from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
+from peak_tune.catalog.types import DeviceProfile
+from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
+from peak_tune.errors import BackendUnavailable, CompileError, UserError, WrongResult
+from peak_tune.expr import evaluate
+from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
+
+__all__ = ["CBackend", "COMPILE_TIMEOUT_S", "FLAGS", "HARNESS_VERSION"]
+
+_log = logging.getLogger(__name__)
+
+HARNESS_VERSION = "c-1"  # bump when validation or timing in the worker changes
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+_LIBS = ("-lm",)
+COMPILE_TIMEOUT_S = 60.0
+_C_TYPES = {"float32": "float", "float64": "double"}
+_MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ERROR_LINE = re.compile(r"^.*?:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$")
+_MAX_LIBRARIES_PER_WORKER = 200  # a fresh worker after this many loaded kernels
+_SPEED_MARGIN = 1.1  # above this multiple of the device peak, a timing is impossible
+_OPENMP_PROBE = "#include <omp.h>\nint peak_tune_threads(void) { return omp_get_max_threads(); }\n"
+_WORKER_MODULE = "peak_tune.backends._c_worker"
+
+
+@dataclass(frozen=True)
+class _Toolchain:
+    command: tuple[str, ...]  # the compiler and any words $CC carried
+    version: str  # first line of `--version`
+
+
+@dataclass(frozen=True)
+class _Host:
+    toolchain: _Toolchain
+    profile: DeviceProfile  # with detected facts filled
+    cpu_model: str
+    cores: int
+
+
+class CBackend:
+    """Backend "c": see the module docstring. Construct with the cpu DeviceProfile.
+
+    One instance drives one worker process; use it from one thread at a time.
+    """
+
+    name = "c"
+
+    def __init__(self, profile: DeviceProfile) -> None:
+        self._profile = profile
+        self._host: _Host | None = None
+        self._worker = WorkerProcess(_WORKER_MODULE)
+        self._loaded: set[str] = set()
+
+    def __enter__(self) -> CBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ device and toolchain
+
+    def probe(self) -> DeviceProfile:
+        """The host CPU with isa, vector_bits, cores filled; checks compiler and OpenMP."""
+        return self._probe().profile
+
+    def fingerprint(self) -> Mapping[str, str]:
+        host = self._probe()
+        return {
+            "device": f"{host.cpu_model} ({host.cores} cores)",
+            "compiler": host.toolchain.version,
+            "flags": " ".join(FLAGS + _LIBS),
+            "harness": HARNESS_VERSION,
+        }
+
+    def _probe(self) -> _Host:
+        if self._host is None:
+            toolchain = _find_compiler()
+            _check_openmp(toolchain)
+            model, flags = _read_cpuinfo()
+            cores = os.cpu_count() or 1
+            isa, vector_bits = _vector_isa(flags)
+            detected: dict[str, int | float | str] = {
+                "isa": isa, "vector_bits": vector_bits, "cores": cores, "cpu_model": model}
+            facts = dict(self._profile.facts)
+            for key, value in detected.items():
+                if facts.get(key, "detect") == "detect":
+                    facts[key] = value
+            profile = dataclasses.replace(self._profile, facts=facts)
+            self._host = _Host(toolchain, profile, model, cores)
+            _log.info("C backend: %s, %s, %s", toolchain.version, model, isa)
+        return self._host
+
+    # ------------------------------------------------------------ compile
+
+    def compile(
+        self, context: KernelContext, params: Mapping[str, int], dtype: str, build_dir: str
+    ) -> Artifact:
+        """Build <build_dir>/<key>.so, or reuse it if a build of the same key exists."""
+        host = self._probe()
+        if dtype not in _C_TYPES:
+            raise UserError(f"the C backend supports dtypes {', '.join(_C_TYPES)}, "
+                            f"not {dtype!r}")
+        defines = [f"-DDTYPE={_C_TYPES[dtype]}", *_macro_flags(params)]
+        key = stable_hash({
+            "context": context.content_hash(),
+            "params": sorted((k, int(v)) for k, v in params.items()),
+            "dtype": dtype,
+            "flags": list(FLAGS + _LIBS),
+            "compiler": host.toolchain.version,
+            "device": [host.cpu_model, host.profile.facts.get("isa", "")],  # -march=native
+        })
+        build = Path(build_dir).absolute()  # the worker may not share our cwd later
+        build.mkdir(parents=True, exist_ok=True)
+        library, log_path = build / f"{key}.so", build / f"{key}.log"
+        if library.exists():
+            log = log_path.read_text() if log_path.exists() else ""
+            return Artifact(str(library), key, log=log, reused=True)
+        source = build / f"{key}.c"
+        _write_atomically(source, context.source)
+        temporary = build / f".{key}.{os.getpid()}.{uuid.uuid4().hex}.so"
+        command = [*host.toolchain.command, *FLAGS, *defines, "-o", str(temporary), str(source),
+                   *_LIBS]
+        try:
+            log = _run_compiler(command)
+            _write_atomically(log_path, log)
+            os.replace(temporary, library)
+        finally:
+            temporary.unlink(missing_ok=True)
+        _log.debug("compiled %s", library)
+        return Artifact(str(library), key, log=log)
+
+    # ------------------------------------------------------------ run
+
+    def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
+        """Validate at the check sizes and twice at the size, time, check again."""
+        self._probe()
+        require_size_constraints(request.context, request.params, request.size)
+        checks = applicable_sizes(request.context, request.params, request.check_sizes)
+        message = {
+            "op": "evaluate",
+            "library": artifact.path,
+            "entry": request.context.entry,
+            "spec": spec_to_wire(request.spec),
+            "dtype": request.dtype,
+            "size": request.size.as_dict(),
+            "check_sizes": [s.as_dict() for s in checks],
+            "config": _config_wire(request.config),
+        }
+        reply = self._call(message, request.config.timeout_s, artifact.path)
+        measurement = _measurement(request.spec, request.size, reply)
+        self._reject_impossible_speed(request.spec, request.dtype, request.size, measurement)
+        return measurement
+
+    def time_vendor(
+        self, spec: KernelSpec, dtype: str, size: ProblemSize, config: EvalConfig
+    ) -> tuple[str, Measurement]:
+        """numpy (its BLAS for matmul), timed and checked like a variant."""
+        message = {
+            "op": "vendor",
+            "spec": spec_to_wire(spec),
+            "dtype": dtype,
+            "size": size.as_dict(),
+            "config": _config_wire(config),
+        }
+        reply = self._call(message, config.timeout_s, None)
+        return str(reply["name"]), _measurement(spec, size, reply)
+
+    def close(self) -> None:
+        self._worker.stop()
+        self._loaded.clear()
+
+    def _call(
+        self, message: Mapping[str, Any], timeout_s: float, library: str | None
+    ) -> dict[str, Any]:
+        """One worker request; a fresh worker when the old one has loaded too many kernels."""
+        if not self._worker.running:
+            self._loaded.clear()
+        if library is not None and library not in self._loaded:
+            if len(self._loaded) >= _MAX_LIBRARIES_PER_WORKER:
+                self.close()
+            self._loaded.add(library)
+        return self._worker.call(message, timeout_s)
+
+    def _reject_impossible_speed(
+        self, spec: KernelSpec, dtype: str, size: ProblemSize, measurement: Measurement
+    ) -> None:
+        peak = float(self._probe().profile.peak_gflops.get(dtype, 0.0))
+        if peak > 0 and measurement.gflops > _SPEED_MARGIN * peak:
+            raise WrongResult(
+                f"impossible speed at {size_label(spec, size)}: {measurement.gflops:.1f} "
+                f"GFLOP/s is above {_SPEED_MARGIN:g} x the device peak ({peak:g} GFLOP/s)")
+
+
+def _config_wire(config: EvalConfig) -> dict[str, Any]:
+    return {
+        "warmup": config.warmup,
+        "repeats": config.repeats,
+        "max_timing_s": config.max_timing_s,
+        "slow_cutoff_ms": config.slow_cutoff_ms,
+        "validation_seed": config.validation_seed,
+    }
+
+
+def _measurement(spec: KernelSpec, size: ProblemSize, reply: Mapping[str, Any]) -> Measurement:
+    flops = float(evaluate(spec.flops, size.as_dict()))
+    return Measurement(tuple(float(s) for s in reply["samples_ms"]), flops)
+
+
+def _macro_flags(params: Mapping[str, int]) -> list[str]:
+    flags = []
+    for name, value in sorted(params.items()):
+        if not _MACRO_NAME.match(name) or name == "DTYPE":
+            raise CompileError(f"compile error: {name!r} cannot be a tuning parameter name")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CompileError(f"compile error: tuning parameter {name} = {value!r} "
+                               "is not an integer")
+        flags.append(f"-D{name}={value}")
+    return flags
+
+
+def _run_compiler(command: list[str]) -> str:
+    """Run the compiler; its log, or CompileError naming the first error."""
+    shown = "$ " + shlex.join(command) + "\n"
+    try:
+        done = subprocess.run(command, capture_output=True, text=True,
+                              env={**os.environ, "LC_ALL": "C"},  # plain ASCII messages
+                              timeout=COMPILE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise CompileError(f"compile error: compiler timed out after {COMPILE_TIMEOUT_S:g} s",
+                           detail=shown) from exc
+    log = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise CompileError(f"compile error: {_first_error(log, done.returncode)}",
+                           detail=shown + log)
+    return log
+
+
+def _first_error(log: str, returncode: int) -> str:
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in lines:
+        found = _ERROR_LINE.match(line)
+        if found:
+            return f"line {found.group(1)}: {found.group(2)}"
+    for line in lines:
+        if "error" in line.lower() or "undefined reference" in line:
+            return line
+    return lines[0] if lines else f"compiler exited with status {returncode}"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def _find_compiler() -> _Toolchain:
+    """$CC if set (it must work), else gcc, cc or clang on PATH."""
+    chosen = os.environ.get("CC", "").strip()
+    if chosen:
+        words = shlex.split(chosen)
+        found = shutil.which(words[0])
+        if found is None:
+            raise BackendUnavailable(f"CC={chosen} is not a compiler on this machine: "
+                                     "fix CC or unset it to use gcc")
+        command = (found, *words[1:])
+    else:
+        found = next((p for p in map(shutil.which, ("gcc", "cc", "clang")) if p), None)
+        if found is None:
+            raise BackendUnavailable(
+                "no C compiler found: install gcc (apt-get install gcc) or set CC")
+        command = (found,)
+    try:
+        done = subprocess.run([*command, "--version"], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BackendUnavailable(f"{command[0]} --version failed: {exc}") from exc
+    version = (done.stdout.strip().splitlines() or [""])[0]
+    if done.returncode != 0 or not version:
+        raise BackendUnavailable(f"{command[0]} --version failed: is it a C compiler?")
+    return _Toolchain(command, version)
+
+
+def _check_openmp(toolchain: _Toolchain) -> None:
+    """The compiler must build an OpenMP shared library (kernels use -fopenmp)."""
+    with tempfile.TemporaryDirectory(prefix="peak-tune-probe-") as folder:
+        source = Path(folder) / "probe.c"
+        source.write_text(_OPENMP_PROBE)
+        command = [*toolchain.command, *FLAGS, "-o", str(Path(folder) / "probe.so"),
+                   str(source)]
+        try:
+            _run_compiler(command)
+        except CompileError as exc:
+            raise BackendUnavailable(
+                f"{toolchain.command[0]} cannot build OpenMP code (-fopenmp): "
+                f"{str(exc).removeprefix('compile error: ')}; install libgomp or use gcc"
+            ) from exc
+
+
+def _read_cpuinfo() -> tuple[str, set[str]]:
+    """CPU model name and feature flags (Linux /proc/cpuinfo; platform fallback)."""
+    model, flags = "", set[str]()
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "hardware", "cpu model") and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and not flags:
+            flags = set(value.split())
+    return model or platform.processor() or platform.machine() or "unknown CPU", flags
+
+
+def _vector_isa(flags: set[str]) -> tuple[str, int]:
+    if "avx512f" in flags:
+        return "avx512", 512
+    if "avx2" in flags:
+        return "avx2", 256
+    if "sse2" in flags:
+        return "sse", 128
+    if "asimd" in flags:
+        return "neon", 128
+    return "scalar", 0
