@@ -38,7 +38,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="folder for the study database and the cache (default: results)")
     parser.add_argument("--catalog", action="append", default=[], metavar="DIR",
                         help="extra catalog folder (transforms/, seeds/, devices/); repeatable")
-    parser.add_argument("--study", help="study name (default: one per kernel/device/dtype/size)")
+    parser.add_argument("--study", help="study to resume or create (default: a new one per run)")
     parser.add_argument("--storage", help="Optuna storage URL (default: SQLite in --results)")
 
 
@@ -64,7 +64,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                    help="answer evaluations from a recording instead of running kernels")
     p.add_argument("--step-values", action="store_true",
                    help="also time each prefix of a sequence (Optuna intermediate values)")
-    p.add_argument("--seed", type=int, help="sampler seed, for a repeatable run")
+    p.add_argument("--seed", type=int, default=0,
+                   help="sampler seed (default 0): a run with the same seed repeats the same "
+                        "search, and the cache makes the repeat free")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per evaluation")
     p.add_argument("--repeats", type=int, default=7, help="timed runs per evaluation")
     p.add_argument("--json", action="store_true",

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from peak_tune.appliers import make_applier
-from peak_tune.backends import make_backend
+from peak_tune.backends import BACKENDS, make_backend
 from peak_tune.backends.base import Backend, EvalConfig
 from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
@@ -49,7 +49,7 @@ class TuneConfig:
     sizes: tuple[dict[str, int], ...] = ()  # empty: the spec's default size
     applier: str = "reference"
     sampler: str = "tpe"
-    seed: int | None = None
+    seed: int | None = 0  # the same seed and catalog ask for the same points
     study: str | None = None
     results: Path = Path("results")
     storage: str | None = None  # None: SQLite in the results folder
@@ -100,6 +100,16 @@ def _sizes(config: TuneConfig, symbols: tuple[str, ...], default: ProblemSize) -
     return sizes
 
 
+def _default_device(catalog: Catalog, backend: str | None) -> str:
+    """cpu without a backend or with c; otherwise the user must say which device."""
+    if backend in (None, "c"):
+        return "cpu"
+    choices = sorted(d.name for d in catalog.devices.values() if d.backend == backend)
+    if not choices:
+        return "cpu"  # the backend check that follows names the problem
+    raise UserError(f"--backend {backend} needs --device (one of {', '.join(choices)})")
+
+
 def geometric_mean(values: list[float]) -> float:
     if not values or min(values) <= 0:
         return 0.0
@@ -113,8 +123,11 @@ class TuneSession:
         self.config = config
         catalog = Catalog.with_user_folders(config.catalogs)
         self.spec = catalog.spec(config.kernel)
-        self.device = catalog.device(config.device or "cpu")
+        self.device = catalog.device(config.device or _default_device(catalog, config.backend))
         backend_name = config.backend or self.device.backend
+        if backend_name not in BACKENDS:
+            raise UserError(f"unknown backend {backend_name!r} "
+                            f"(available: {', '.join(sorted(BACKENDS))})")
         if config.dtype not in self.spec.dtypes:
             raise UserError(
                 f"dtype {config.dtype!r} is not offered by {self.spec.name} "
@@ -174,11 +187,7 @@ class TuneSession:
             "kernel": self.spec.name, "backend": backend_name, "device": self.device.name,
             "dtype": c.dtype, "sizes": [s.label() for s in self.sizes],
         }
-        name = c.study or "-".join(
-            [self.spec.name, self.device.name, c.dtype, "_".join(identity["sizes"])]
-        )
-        if c.sequence:
-            name = c.study or f"{name}-fixed-{'.'.join(c.sequence)}"
+        name = c.study or self._new_study_name(identity)
         multi = is_multi_objective(c.sampler)
         study = optuna.create_study(
             storage=self.storage_url, study_name=name, load_if_exists=True,
@@ -194,6 +203,20 @@ class TuneSession:
         if not study.trials and not c.sequence:
             study.enqueue_trial(self._seed_params(), skip_if_exists=True)
         return study
+
+    def _new_study_name(self, identity: dict[str, Any]) -> str:
+        """A fresh name per run: `<kernel>-<device>-<dtype>-<sizes>[-fixed]-run<N>`.
+
+        With the same seed a new run asks for the same points as the last one, so the
+        cache answers all of them; `--study NAME` resumes a study instead.
+        """
+        base = "-".join([self.spec.name, self.device.name, self.config.dtype,
+                         "_".join(identity["sizes"])])
+        if self.config.sequence:
+            base += "-fixed"
+        taken = set(optuna.get_all_study_names(self.storage_url))
+        return next(f"{base}-run{n}" for n in range(1, len(taken) + 2)
+                    if f"{base}-run{n}" not in taken)
 
     def _seed_params(self) -> dict[str, Any]:
         if self.config.encoding == "steps":

@@ -1,0 +1,211 @@
+"""The `peak-tune` command as a user runs it: real C backend, real study, real cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from peak_tune.catalog.resolve import Catalog
+
+SMALL = ["--size", "64", "--repeats", "3"]
+
+
+def peak(*args: str, env: dict[str, str] | None = None, timeout: float = 300
+         ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "peak_tune.cli", *args], capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, **(env or {})},
+    )
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    results = tmp_path_factory.mktemp("results")
+    done = peak("--trials", "8", *SMALL, "--seed", "4", "--json", "--results", str(results))
+    assert done.returncode == 0, done.stderr
+    return results, last_json(done.stdout)
+
+
+def test_tune_json_summary(tuned):
+    _, data = tuned
+    assert data["best"]["gflops"] > 0
+    assert isinstance(data["best"]["sequence"], list)
+    assert len(data["best"]["context_hash"]) == 64
+    assert data["vendor"]["name"].startswith("numpy") and data["vendor"]["gflops"] > 0
+    assert data["ratio"] == pytest.approx(data["best"]["gflops"] / data["vendor"]["gflops"])
+    trials = data["trials"]
+    assert trials["complete"] + trials["pruned"] + trials["failed"] == trials["total"] == 8
+    assert data["cache"]["compiles"] >= 1
+    catalog = Catalog.with_user_folders()
+    introduced = {p.name for tid in data["best"]["sequence"]
+                  for p in catalog.transformation(tid).params}
+    assert set(data["best"]["params"]) == introduced
+
+
+def test_study_opens_with_optuna(tuned):
+    results, data = tuned
+    study = optuna.load_study(study_name=data["study"], storage=f"sqlite:///{results}/peak.db")
+    assert len(study.trials) == 8
+    best = max((t for t in study.trials if t.values), key=lambda t: t.values[0])
+    assert best.user_attrs["context_hash"] == data["best"]["context_hash"]
+    assert {t.user_attrs["status"] for t in study.trials} <= {
+        "ok", "invalid", "compile_error", "wrong_result", "crash", "timeout", "apply_error"}
+    assert study.trials[0].user_attrs["sequence"] == []  # the seed is always measured
+
+
+def test_same_command_again_compiles_nothing(tmp_path):
+    args = ["--trials", "5", *SMALL, "--json", "--results", str(tmp_path)]
+    first = last_json(peak(*args).stdout)
+    again = peak(*args)
+    assert again.returncode == 0, again.stderr
+    second = last_json(again.stdout)
+    assert second["study"] != first["study"]  # a new study, the same points
+    assert second["cache"]["compiles"] == 0
+    assert second["cache"]["hits"] > 0
+    assert second["best"]["context_hash"] == first["best"]["context_hash"]
+    assert second["best"]["gflops"] == first["best"]["gflops"]
+
+
+def test_study_resumes_by_name(tmp_path):
+    args = ["--trials", "3", *SMALL, "--json", "--results", str(tmp_path)]
+    first = last_json(peak(*args).stdout)
+    resumed = peak(*args, "--study", first["study"])
+    assert resumed.returncode == 0, resumed.stderr
+    data = last_json(resumed.stdout)
+    assert data["study"] == first["study"]
+    assert data["trials"]["total"] == 6
+
+
+def test_show_export_and_cache_stats(tuned, tmp_path):
+    results, data = tuned
+    shown = peak("show", "--results", str(results))
+    assert shown.returncode == 0, shown.stderr
+    assert data["best"]["context_hash"] in shown.stdout and "lineage" in shown.stdout
+    out = tmp_path / "best.c"
+    exported = peak("export", "--results", str(results), "-o", str(out))
+    assert exported.returncode == 0, exported.stderr
+    text = out.read_text()
+    assert "Exported by peak-tune" in text and data["best"]["context_hash"] in text
+    for name, value in data["best"]["params"].items():
+        assert f"#define {name} {value}" in text
+    stats = peak("cache", "stats", "--json", "--results", str(results))
+    assert json.loads(stats.stdout)["evaluations"]["entries"] >= 1
+
+
+def test_exported_kernel_compiles_standalone(tuned, tmp_path):
+    results, _ = tuned
+    out = tmp_path / "best.c"
+    peak("export", "--results", str(results), "-o", str(out))
+    built = subprocess.run(["gcc", "-O2", "-fopenmp", "-c", "-DDTYPE=float", str(out), "-o",
+                            str(tmp_path / "best.o")], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+
+
+def test_catalog_listings():
+    listed = peak("transforms", "list")
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) >= 10
+    shown = peak("transforms", "show", "cache-blocking")
+    assert "## Pass 1" in shown.stdout and "MC" in shown.stdout
+    devices = peak("devices")
+    assert "h200" in devices.stdout and "mi250" in devices.stdout
+
+
+BROKEN = """---
+id: broken-step
+version: 1
+title: Broken
+kernels: [matmul]
+backends: [c]
+params:
+  TILE: [8, "sixteen"]
+passes:
+  - region: device
+---
+## Pass 1: device
+Text.
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--sequence", "no-such-step"], "unknown transformation 'no-such-step'"),
+        (["--device", "tpu9"], "unknown device 'tpu9'"),
+        (["--kernel", "conv9"], "unknown kernel 'conv9'"),
+        (["--backend", "cobol"], "unknown backend 'cobol'"),
+        (["--dtype", "int3"], "dtype 'int3'"),
+        (["--size", "0"], "size '0'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
+    done = peak("--trials", "1", "--results", str(tmp_path), *args)
+    assert done.returncode == 2
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_broken_catalog_file_names_file_and_field(tmp_path):
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "cat" / "broken-step.md").write_text(BROKEN)
+    done = peak("--trials", "1", "--results", str(tmp_path / "r"), "--catalog",
+                str(tmp_path / "cat"))
+    assert done.returncode == 2
+    assert "broken-step.md: params.TILE[1]: expected int" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_unwritable_results_and_missing_compiler(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = peak("--trials", "1", "--results", str(blocker / "sub"))
+    assert done.returncode == 2 and "not writable" in done.stderr
+    done = peak("--trials", "1", "--results", str(tmp_path / "r"),
+                env={"CC": "/nonexistent/cc"})
+    assert done.returncode == 2 and "/nonexistent/cc" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_broken_study_data_is_kept_after_bad_input(tuned):
+    results, data = tuned
+    peak("--trials", "1", "--results", str(results), "--device", "tpu9")
+    study = optuna.load_study(study_name=data["study"], storage=f"sqlite:///{results}/peak.db")
+    assert len(study.trials) >= 8
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_trials(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "peak_tune.cli", "--trials", "400", *SMALL, "--json",
+         "--results", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    storage = f"sqlite:///{tmp_path}/peak.db"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        try:
+            studies = optuna.get_all_study_summaries(storage)
+        except Exception:  # the database may not exist yet
+            continue
+        if studies and studies[0].n_trials >= 4:
+            break
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    study = optuna.load_study(study_name=last_json(stdout)["study"], storage=storage)
+    states = {t.state for t in study.trials}
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) >= 3
