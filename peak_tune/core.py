@@ -91,6 +91,8 @@ class KernelSpec:
     sources: Mapping[str, str]  # backend -> seed source text
     entry: Mapping[str, str]  # backend -> entry-point name
     check_sizes: tuple[ProblemSize, ...] = ()  # validated too: multiples of no tile
+    # backend -> launch expressions in the size symbols (GPU: grid_x, block_x, shared_bytes...)
+    launch: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     folder: str = ""  # where it was loaded from (for messages)
 
 

@@ -51,7 +51,7 @@ def seed_context(spec: KernelSpec, backend: str) -> KernelContext:
         raise InvalidPoint(f"kernel {spec.name!r} has no seed for backend {backend!r}")
     return KernelContext(
         kernel=spec.name, backend=backend, source=spec.sources[backend],
-        entry=spec.entry[backend],
+        entry=spec.entry[backend], launch=dict(spec.launch.get(backend, {})),
     )
 
 
@@ -208,6 +208,8 @@ class Pipeline:
                 config=replace(self.setup.eval_config, slow_cutoff_ms=slow_cutoff_ms),
             )
             measurement = self.backend.evaluate(artifact, request)
+        except InvalidPoint as exc:  # resources (threads, shared memory) the device lacks
+            return Outcome(Status.INVALID, message=str(exc))
         except EvaluationError as exc:
             status = next((s for cls, s in _STATUS_OF.items() if isinstance(exc, cls)),
                           Status.RUNTIME_ERROR)

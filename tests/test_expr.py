@@ -26,7 +26,13 @@ def test_numpy_reference_expression():
 
 @pytest.mark.parametrize(
     "text",
-    ["__import__('os').system('true')", "M.__class__", "[x for x in M]", "lambda: 1", "M if 1 else 2"],
+    [
+        "__import__('os').system('true')",
+        "M.__class__",
+        "[x for x in M]",
+        "lambda: 1",
+        "M if 1 else 2",
+    ],
 )
 def test_anything_beyond_arithmetic_is_refused(text):
     with pytest.raises(ExpressionError):

@@ -13,6 +13,7 @@ __all__ = ["BACKENDS", "make_backend"]
 # name -> "module:Class"; imported only when chosen (GPU stacks are heavy and optional).
 BACKENDS: dict[str, str] = {
     "c": "peak_tune.backends.c:CBackend",
+    "cuda": "peak_tune.backends.cuda:CudaBackend",
 }
 
 

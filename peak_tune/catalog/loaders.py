@@ -113,7 +113,7 @@ def load_spec(folder: Path) -> KernelSpec:
         path, data,
         {"name", "description", "sizes", "default_size", "flops", "min_bytes", "reference",
          "error_scale", "dtypes", "tolerance", "args", "sources", "entry"},
-        {"check_sizes"},
+        {"check_sizes", "launch"},
     )
     symbols = _str_list(path, "sizes", data["sizes"])
     args = tuple(_arg(path, i, a, set(symbols)) for i, a in enumerate(_typed(
@@ -154,8 +154,20 @@ def load_spec(folder: Path) -> KernelSpec:
             _size(path, f"check_sizes[{i}]", s, symbols)
             for i, s in enumerate(_typed(path, "check_sizes", data.get("check_sizes", []), list))
         ),
+        launch=_launch(path, data.get("launch", {}), set(symbols)),
         folder=str(folder),
     )
+
+
+def _launch(path: Path, table: Any, symbols: set[str]) -> dict[str, dict[str, str]]:
+    """[launch.<backend>]: name -> expression in the size symbols (grid, block, shared)."""
+    _typed(path, "launch", table, dict)
+    launch: dict[str, dict[str, str]] = {}
+    for backend, entries in table.items():
+        _typed(path, f"launch.{backend}", entries, dict)
+        launch[backend] = {name: _expression(path, f"launch.{backend}.{name}", text, symbols)
+                           for name, text in entries.items()}
+    return launch
 
 
 # ---------------------------------------------------------- transformations
