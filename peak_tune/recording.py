@@ -63,6 +63,7 @@ def record_space(session: TuneSession, ids: Sequence[str], output: Path) -> int:
               for label, (name, m) in session.vendor.items()}
     output.write_text(json.dumps({
         "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "backend": session.backend.name,
         "device": dict(session.backend.fingerprint()),
         "dtype": session.config.dtype,
         "transformations": list(ids),

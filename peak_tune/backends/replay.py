@@ -41,13 +41,14 @@ def replay_key(sequence: tuple[str, ...] | list[str], params: Mapping[str, int],
 
 
 class ReplayBackend:
-    name = "replay"
+    """Stands in for the backend that made the recording (its `name` is that backend's)."""
 
     def __init__(self, device: DeviceProfile, recording: Path) -> None:
         try:
             data: dict[str, Any] = json.loads(recording.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise UserError(f"cannot read recording {recording}: {exc}") from exc
+        self.name = str(data.get("backend", "c"))
         self.device = device
         self.recording = recording
         self.data = data

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import optuna
 
 from peak_tune.errors import UserError
@@ -12,11 +14,16 @@ SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
 
 
 def _tpe(seed: int | None) -> optuna.samplers.BaseSampler:
+    with warnings.catch_warnings():  # multivariate, group and constant_liar are "experimental"
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _tpe_sampler(seed)
+
+
+def _tpe_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
     # multivariate + group: sequences switch parameters on and off (conditional spaces);
     # constant_liar keeps parallel workers from drawing the same point.
     return optuna.samplers.TPESampler(
         seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10,
-        warn_independent_sampling=False,
     )
 
 
@@ -28,9 +35,7 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "cmaes":
         # CMA-ES models the numeric choices (step positions); the categorical ones
         # (which transformations, tile sizes) go to TPE.
-        return optuna.samplers.CmaEsSampler(
-            seed=seed, independent_sampler=_tpe(seed), warn_independent_sampling=False
-        )
+        return optuna.samplers.CmaEsSampler(seed=seed, independent_sampler=_tpe(seed))
     if name == "gp":
         try:
             import torch  # noqa: F401

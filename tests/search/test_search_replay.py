@@ -1,0 +1,143 @@
+"""Search logic against a replay of real recorded outcomes: fast and exact.
+
+The recording (tests/fixtures/replay/matmul-c-small.json) holds every legal point of a
+four-transformation space of the C matmul at 96x96x96, measured by the real C backend
+(benchmarks/record_space.py made it).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import optuna
+import pytest
+
+from peak_tune.core import Status
+from peak_tune.tune import TuneConfig, TuneSession, open_session
+
+RECORDING = Path(__file__).parents[1] / "fixtures" / "replay" / "matmul-c-small.json"
+SPACE = ("loop-interchange", "unroll-k", "openmp-parallel", "restrict-align")
+
+
+def recorded_best() -> float:
+    data = json.loads(RECORDING.read_text())
+    return max(o["flops"] / statistics.median(o["samples_ms"]) / 1e6
+               for o in data["outcomes"] if o["status"] == "ok")
+
+
+def session(tmp_path: Path, recording: Path = RECORDING, **over) -> TuneSession:
+    config = TuneConfig(sizes=({"M": 96, "N": 96, "K": 96},), results=tmp_path,
+                        only=SPACE, replay=recording, **over)
+    opened = open_session(config)
+    opened.measure_vendor()
+    return opened
+
+
+def run(tmp_path: Path, trials: int, **over) -> TuneSession:
+    opened = session(tmp_path, **over)
+    opened.run(trials, lambda record: None)
+    return opened
+
+
+def points(s: TuneSession) -> list[tuple]:
+    return [(tuple(t.user_attrs["sequence"]), tuple(sorted(t.user_attrs["params"].items())))
+            for t in s.study.trials]
+
+
+def test_same_seed_repeats_the_search_exactly(tmp_path):
+    first = run(tmp_path / "a", 30, seed=3)
+    second = run(tmp_path / "b", 30, seed=3)
+    other = run(tmp_path / "c", 30, seed=4)
+    assert points(first) == points(second)
+    assert points(first) != points(other)
+    assert first.best_gflops() == second.best_gflops()
+
+
+def test_first_trial_is_the_seed_and_search_beats_it(tmp_path):
+    s = run(tmp_path, 40, seed=1)
+    seed_trial = s.study.trials[0]
+    assert seed_trial.user_attrs["sequence"] == []
+    assert s.best_gflops() > 3 * seed_trial.values[0]
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "cmaes", "nsga2"])
+def test_every_sampler_finds_most_of_the_recorded_best(tmp_path, sampler):
+    s = run(tmp_path, 40, seed=2, sampler=sampler)
+    assert s.best_gflops() >= 0.8 * recorded_best()
+    if sampler == "nsga2":  # speed up, sequence length down
+        assert len(s.study.directions) == 2
+        assert all(len(t.values) == 2 for t in s.study.best_trials)
+
+
+def test_illegal_picks_are_pruned_or_repaired(tmp_path):
+    pruned = run(tmp_path / "p", 40, seed=5, encoding="steps", illegal="prune")
+    states = [t.state for t in pruned.study.trials]
+    assert optuna.trial.TrialState.PRUNED in states
+    invalid = [t for t in pruned.study.trials if t.user_attrs["status"] == "invalid"]
+    assert all("applied twice" in t.user_attrs["message"] or "requires" in
+               t.user_attrs["message"] or "conflicts" in t.user_attrs["message"]
+               for t in invalid)
+    repaired = run(tmp_path / "r", 40, seed=5, encoding="steps", illegal="repair")
+    assert all(t.user_attrs["status"] != "invalid" for t in repaired.study.trials)
+
+
+def test_failures_are_recorded_with_their_class(tmp_path):
+    data = json.loads(RECORDING.read_text())
+    broken = 0
+    for outcome in data["outcomes"]:
+        if "openmp-parallel" in outcome["sequence"]:
+            outcome.update(status="wrong_result", message="wrong result at 96x96x96: 3 off",
+                           samples_ms=None, flops=None)
+            broken += 1
+    assert broken
+    recording = tmp_path / "broken.json"
+    recording.write_text(json.dumps(data))
+    s = run(tmp_path / "r", 30, seed=6, recording=recording)
+    failed = [t for t in s.study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed
+    for t in failed:
+        assert "openmp-parallel" in t.user_attrs["sequence"]
+        assert t.user_attrs["status"] == Status.WRONG_RESULT.value
+        assert t.user_attrs["message"].startswith("wrong result")
+
+
+def test_resumed_study_repeats_no_evaluation(tmp_path):
+    first = run(tmp_path, 12, seed=7, study="resume-me")
+    calls = first.backend.calls  # type: ignore[attr-defined]
+    assert calls > 0
+    again = session(tmp_path, seed=7, study="resume-me")
+    again.run(8, lambda record: None)
+    assert len(again.study.trials) == 20
+    evaluated = {p for p in points(again)[:12]}
+    # points already done answer from the cache: the replay backend sees only new ones
+    new_points = {p for p in points(again)[12:]} - evaluated
+    assert again.backend.calls <= len(new_points)  # type: ignore[attr-defined]
+
+
+def test_fixed_sequence_tunes_only_its_parameters(tmp_path):
+    s = run(tmp_path, 10, seed=8, sequence=("unroll-k", "openmp-parallel"))
+    assert {tuple(t.user_attrs["sequence"]) for t in s.study.trials} == {
+        ("unroll-k", "openmp-parallel")}
+    assert {frozenset(t.params) for t in s.study.trials} == {
+        frozenset({"unroll-k.UNROLL_K", "openmp-parallel.OMP_CHUNK"})}
+
+
+def test_step_values_report_each_prefix(tmp_path):
+    s = run(tmp_path, 15, seed=9, step_values=True)
+    done = [t for t in s.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert any(t.user_attrs["sequence"] for t in done)
+    for t in done:
+        assert sorted(t.intermediate_values) == list(range(len(t.user_attrs["sequence"])))
+
+
+def test_missing_point_in_recording_is_an_error(tmp_path):
+    data = json.loads(RECORDING.read_text())
+    data["outcomes"] = [o for o in data["outcomes"] if o["sequence"] == []]
+    recording = tmp_path / "tiny.json"
+    recording.write_text(json.dumps(data))
+    s = session(tmp_path, recording=recording, seed=1)
+    with pytest.raises(Exception, match="has no outcome"):
+        s.run(20, lambda record: None)
+    assert optuna.trial.TrialState.RUNNING not in {t.state for t in s.study.trials}
