@@ -7,6 +7,7 @@ import datetime
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,8 @@ def cache(args: argparse.Namespace) -> int:
 
 def dashboard(args: argparse.Namespace) -> int:
     storage = _storage(args)
-    binary = shutil.which("optuna-dashboard")
+    beside = Path(sys.executable).parent / "optuna-dashboard"  # this environment's copy
+    binary = str(beside) if beside.is_file() else shutil.which("optuna-dashboard")
     if binary is None:
         raise UserError("optuna-dashboard is not installed: pip install 'peak-tune[dashboard]'")
     print(f"optuna-dashboard on http://127.0.0.1:{args.port} for {storage} (Ctrl-C stops it)")
