@@ -4,7 +4,8 @@
 kernels with ctypes, validates them against the float64 reference and times them; the
 vendor baseline (numpy) is timed here too, by the same code.
 
-Timing: `warmup` untimed runs, then up to `repeats` runs each timed with
+Validation: at every check size, then at the timed size (that run is the warm-up).
+Timing: up to `repeats` runs each timed with
 `time.perf_counter_ns` around the call alone. Before every timed run the outputs are
 poisoned and the caches flushed by touching a buffer larger than the last-level cache
 (capped, see `_flush_bytes`); the output of the last timed run is checked again.
@@ -22,17 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from peak_tune.backends._worker import serve, spec_from_wire
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, UserError
 from peak_tune.expr import evaluate
 from peak_tune.validation import (
+    Expected,
     Problem,
     check_outputs,
     compute_expected,
     make_problem,
-    validate_host,
 )
 
 _log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ _MIN_REPEATS = 3
 _FLUSH_MIN_BYTES = 8 << 20
 _FLUSH_MAX_BYTES = 256 << 20
 _INT_LIMIT = 2**31
+_BLAS_SETTLE_S = 0.3  # after timing numpy, let OpenBLAS's spinning threads go to sleep
 
 _libraries: dict[str, ctypes.CDLL] = {}
 _flusher: _CacheFlusher | None = None
@@ -144,11 +147,15 @@ def _timed_ns(call: Call) -> int:
     return time.perf_counter_ns() - start
 
 
-def _time_runs(call: Call, problem: Problem, timing: _Timing) -> list[float]:
-    """Samples in milliseconds; outputs poisoned and caches flushed before each run."""
+def _time_runs(call: Call, problem: Problem, timing: _Timing,
+               estimate_s: float | None) -> list[float]:
+    """Samples in milliseconds; outputs poisoned and caches flushed before each run.
+
+    `estimate_s` is the duration of a run just made (the validation run at this size),
+    which then stands in for the warm-up.
+    """
     flusher = _cache_flusher()
-    estimate_s: float | None = None
-    for _ in range(timing.warmup):
+    for _ in range(timing.warmup if estimate_s is None else 0):
         problem.poison_outputs()
         estimate_s = _timed_ns(call) / 1e9
     samples_ms: list[float] = []
@@ -164,20 +171,37 @@ def _time_runs(call: Call, problem: Problem, timing: _Timing) -> list[float]:
     return samples_ms
 
 
+def _expected(problem: Problem) -> Expected:
+    """The float64 reference on one BLAS thread: OpenBLAS's threads spin for a while
+    after a call and would slow the OpenMP kernel timed right after it."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return compute_expected(problem)
+
+
+def _validate(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int,
+              bind: Callable[[Problem], Call]) -> float:
+    """Fresh inputs, poisoned outputs, one run, checked; returns the run's seconds."""
+    problem = make_problem(spec, size, dtype, seed)
+    expected = _expected(problem)
+    problem.poison_outputs()
+    elapsed_s = _timed_ns(bind(problem)) / 1e9
+    check_outputs(problem, expected)
+    return elapsed_s
+
+
 def _validate_then_time(
     spec: KernelSpec, dtype: str, size: ProblemSize, seed: int,
-    bind: Callable[[Problem], Call], timing: _Timing,
+    bind: Callable[[Problem], Call], timing: _Timing, estimate_s: float | None = None,
 ) -> list[float]:
-    """Time at `size` on fresh inputs, then check the last timed run's output."""
+    """Time at `size` on fresh inputs, then check the last timed run's output.
+
+    The inputs differ from every earlier call's, so a kernel that returns a result
+    saved from an earlier call fails here."""
     problem = make_problem(spec, size, dtype, seed)
-    expected = compute_expected(problem)
-    samples_ms = _time_runs(bind(problem), problem, timing)
+    expected = _expected(problem)
+    samples_ms = _time_runs(bind(problem), problem, timing, estimate_s)
     check_outputs(problem, expected)
     return samples_ms
-
-
-def _run_bound(bind: Callable[[Problem], Call]) -> Callable[[Problem], None]:
-    return lambda problem: bind(problem)()
 
 
 def _evaluate(request: dict[str, Any]) -> dict[str, Any]:
@@ -187,11 +211,11 @@ def _evaluate(request: dict[str, Any]) -> dict[str, Any]:
     timing = _Timing.of(request["config"])
     bind = _bind_kernel(request["library"], request["entry"], spec, dtype)
     seed = timing.seed
-    checks = [ProblemSize.of(s) for s in request["check_sizes"]]
-    for check in [*checks, size, size]:  # twice at `size`: a stale result cannot pass
-        validate_host(spec, check, dtype, seed, _run_bound(bind))
+    for check in [ProblemSize.of(s) for s in request["check_sizes"]]:
+        _validate(spec, check, dtype, seed, bind)
         seed += 1
-    samples_ms = _validate_then_time(spec, dtype, size, seed, bind, timing)
+    one_run_s = _validate(spec, size, dtype, seed, bind)
+    samples_ms = _validate_then_time(spec, dtype, size, seed + 1, bind, timing, one_run_s)
     return {"samples_ms": samples_ms}
 
 
@@ -245,8 +269,10 @@ def _vendor(request: dict[str, Any]) -> dict[str, Any]:
     def bind(problem: Problem) -> Call:
         return _vendor_call(spec, problem)
 
-    validate_host(spec, size, dtype, timing.seed, _run_bound(bind))
-    samples_ms = _validate_then_time(spec, dtype, size, timing.seed + 1, bind, timing)
+    one_run_s = _validate(spec, size, dtype, timing.seed, bind)
+    samples_ms = _validate_then_time(spec, dtype, size, timing.seed + 1, bind, timing,
+                                     one_run_s)
+    time.sleep(_BLAS_SETTLE_S)
     if spec.name == "matmul":
         name = f"numpy ({_blas_name()})"
     else:
