@@ -35,7 +35,10 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "cmaes":
         # CMA-ES models the numeric choices (step positions); the categorical ones
         # (which transformations, tile sizes) go to TPE.
-        return optuna.samplers.CmaEsSampler(seed=seed, independent_sampler=_tpe(seed))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return optuna.samplers.CmaEsSampler(
+                seed=seed, independent_sampler=_tpe(seed), warn_independent_sampling=False)
     if name == "gp":
         try:
             import torch  # noqa: F401

@@ -1,0 +1,271 @@
+"""The CUDA backend's evaluation worker (a child process; see peak_tune.backends._worker).
+
+`python -m peak_tune.backends._cuda_worker --request-fd R --response-fd W` owns the
+process's CUDA context: it loads cubins with CuPy, validates kernels against the float64
+reference and times them with CUDA events (peak_tune.backends._cuda_device); cuBLAS, the
+vendor baseline, runs here too, through the same code. A fault that corrupts the context
+(illegal address, trap) is reported as a KernelCrash and the parent replaces this
+process; a hang is killed there. `--one-shot FILE` validates one request once and exits
+(run under compute-sanitizer).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from peak_tune.backends._cuda_device import (
+    Binder,
+    Call,
+    DeviceFault,
+    DeviceProblem,
+    Timing,
+    cupy_module,
+    device_errors,
+    in_stream,
+    state,
+    time_then_check,
+    validate,
+)
+from peak_tune.backends._cuda_launch import evaluate_launch, geometry_fits
+from peak_tune.backends._worker import serve, spec_from_wire
+from peak_tune.core import KernelSpec, ProblemSize
+from peak_tune.errors import CompileError, UserError, WrongResult
+
+_log = logging.getLogger(__name__)
+
+_MAX_MODULES = 32  # loaded cubins kept; the oldest is unloaded beyond this
+_CUBLAS_TYPES = {"float32": (0, 68, np.float32), "float16": (2, 68, np.float32),
+                 "float64": (1, 70, np.float64)}  # cudaDataType, cublasComputeType, scalars
+_CUBLAS_COMPUTE = {"float32": "fp32 in/out, CUBLAS_COMPUTE_32F (true SGEMM, TF32 off)",
+                   "float16": "fp16 in/out, fp32 accumulation (CUBLAS_COMPUTE_32F)",
+                   "float64": "fp64 in/out, CUBLAS_COMPUTE_64F"}
+_WRONG_RESULT_STATUS = 3  # --one-shot's exit status for a wrong result
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+_modules: OrderedDict[str, Any] = OrderedDict()
+_cublas_handle: list[tuple[Any, Any]] = []  # (cupy's cublas module, our handle), once
+
+
+def _tainting(handler: Handler) -> Handler:
+    """Any CUDA error a handler lets through also ends this process (context suspect)."""
+
+    def run(request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return handler(request)
+        except device_errors() as exc:
+            raise DeviceFault(f"kernel crashed: {exc}") from None
+
+    return run
+
+
+# ---------------------------------------------------------------- device info
+
+
+def _driver_version() -> str:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return ""
+    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", text)
+    return found.group(1) if found else ""
+
+
+def _info(request: dict[str, Any]) -> dict[str, Any]:
+    """What the parent's probe needs; {"available": False, "reason": ...} without a GPU."""
+    try:
+        import cupy
+    except Exception as exc:
+        return {"available": False, "reason": f"cupy cannot be imported: {exc}"}
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+        if count == 0:
+            return {"available": False, "reason": "no CUDA device is visible"}
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        driver_api = cupy.cuda.runtime.driverGetVersion()
+        runtime_api = cupy.cuda.runtime.runtimeGetVersion()
+        cupy_module()
+    except Exception as exc:
+        return {"available": False, "reason": str(exc).splitlines()[0]}
+    name = props["name"]
+    return {
+        "available": True,
+        "name": name.decode() if isinstance(name, bytes) else str(name),
+        "compute_capability": f"{props['major']}{props['minor']}",
+        "driver": _driver_version(),
+        "driver_cuda": f"{driver_api // 1000}.{driver_api % 1000 // 10}",
+        "runtime_cuda": f"{runtime_api // 1000}.{runtime_api % 1000 // 10}",
+        "cupy": cupy.__version__,
+        "sms": int(props["multiProcessorCount"]),
+        "l2_bytes": int(props["l2CacheSize"]),
+        "shared_optin_bytes": int(props["sharedMemPerBlockOptin"]),
+        "memory_bytes": int(props["totalGlobalMem"]),
+    }
+
+
+# ---------------------------------------------------------------- kernels
+
+
+def _load_function(cubin: str, entry: str) -> Any:
+    cp = cupy_module()
+    module = _modules.get(cubin)
+    try:
+        if module is None:
+            module = cp.RawModule(path=cubin)
+        function = module.get_function(entry)
+        int(function.num_regs)  # loads the module now: a bad cubin fails here
+    except device_errors() as exc:
+        raise CompileError(f"cannot load the compiled kernel {entry!r}: {exc}") from None
+    _modules[cubin] = module
+    _modules.move_to_end(cubin)
+    while len(_modules) > _MAX_MODULES:
+        _modules.popitem(last=False)
+    return function
+
+
+def _attributes(function: Any) -> dict[str, int]:
+    return {
+        "registers": int(function.num_regs),
+        "shared_static_bytes": int(function.shared_size_bytes),
+        "local_bytes": int(function.local_size_bytes),
+        "max_threads_per_block": int(function.max_threads_per_block),
+    }
+
+
+def _kernel_binder(
+    function: Any, launch: Mapping[str, str], params: Mapping[str, int]
+) -> Binder:
+    attributes = _attributes(function)
+
+    def bind(device: DeviceProblem) -> Call:
+        names = {**device.host.size.as_dict(), **params}
+        geometry = evaluate_launch(launch, names)
+        geometry_fits(geometry, attributes["max_threads_per_block"],
+                      attributes["shared_static_bytes"], state.shared_limit)
+        if geometry.shared_bytes > function.max_dynamic_shared_size_bytes:
+            function.max_dynamic_shared_size_bytes = geometry.shared_bytes
+        args = device.kernel_args()
+
+        def run() -> None:
+            function(geometry.grid, geometry.block, args, shared_mem=geometry.shared_bytes)
+
+        return run
+
+    return bind
+
+
+def _evaluate(request: dict[str, Any]) -> dict[str, Any]:
+    spec = spec_from_wire(request["spec"])
+    dtype = str(request["dtype"])
+    size = ProblemSize.of(request["size"])
+    timing = Timing.of(request["config"])
+    function = _load_function(request["cubin"], request["entry"])
+    bind = in_stream(_kernel_binder(function, request["launch"], request["params"]))
+    seed = timing.seed
+    checks = [ProblemSize.of(s) for s in request["check_sizes"]]
+    for check in [*checks, size, size]:  # twice at `size`: a stale result cannot pass
+        validate(spec, check, dtype, seed, bind)
+        seed += 1
+    samples_ms = time_then_check(spec, size, dtype, seed, bind, timing)
+    return {"samples_ms": samples_ms, "resources": _attributes(function)}
+
+
+# ---------------------------------------------------------------- vendor: cuBLAS
+
+
+def _cublas() -> tuple[Any, Any]:
+    """A cuBLAS handle of our own, default math mode (no TF32 for fp32 GEMMs)."""
+    if not _cublas_handle:
+        cp = cupy_module()
+        try:
+            from cupy_backends.cuda.libs import cublas
+        except ImportError:
+            cublas = cp.cuda.cublas
+
+        handle = cublas.create()
+        cublas.setMathMode(handle, 0)  # CUBLAS_DEFAULT_MATH
+        _cublas_handle.append((cublas, handle))
+    return _cublas_handle[0]
+
+
+def _cublas_binder(spec: KernelSpec, dtype: str) -> tuple[str, Binder]:
+    if dtype not in _CUBLAS_TYPES:
+        raise UserError(f"no cuBLAS baseline for {dtype}")
+    ins = [a for a in spec.args if a.kind == "buffer" and a.intent == "in"]
+    outs = [a for a in spec.args if a.kind == "buffer" and a.intent != "in"]
+    if spec.name != "matmul" or len(ins) != 2 or len(outs) != 1:
+        raise UserError(f"the CUDA backend's vendor baseline is cuBLAS GEMM, for matmul only "
+                        f"(not {spec.name!r})")
+    cublas, handle = _cublas()
+    data_type, compute_type, scalar = _CUBLAS_TYPES[dtype]
+    alpha, beta = np.ones(1, scalar), np.zeros(1, scalar)
+    major, rest = divmod(int(cublas.getVersion(handle)), 10000)
+    name = f"cuBLAS {major}.{rest // 100}.{rest % 100} gemmEx ({_CUBLAS_COMPUTE[dtype]})"
+
+    def bind(device: DeviceProblem) -> Call:
+        m, k = (int(n) for n in device.host.buffer(ins[0].name).shape)
+        n = int(device.host.buffer(ins[1].name).shape[1])
+        a, b = device.pointer(ins[0].name), device.pointer(ins[1].name)
+        c = device.pointer(outs[0].name)
+
+        def run() -> None:  # row-major C = A B is column-major C^T = B^T A^T
+            cublas.gemmEx(handle, 0, 0, n, m, k, alpha.ctypes.data, b, data_type, n,
+                          a, data_type, k, beta.ctypes.data, c, data_type, n,
+                          compute_type, -1)
+
+        return run
+
+    return name, bind
+
+
+def _vendor(request: dict[str, Any]) -> dict[str, Any]:
+    spec = spec_from_wire(request["spec"])
+    dtype = str(request["dtype"])
+    size = ProblemSize.of(request["size"])
+    timing = Timing.of(request["config"])
+    name, bind = _cublas_binder(spec, dtype)
+    bind = in_stream(bind)
+    validate(spec, size, dtype, timing.seed, bind)
+    samples_ms = time_then_check(spec, size, dtype, timing.seed + 1, bind, timing)
+    return {"name": name, "samples_ms": samples_ms}
+
+
+# ---------------------------------------------------------------- one-shot (sanitizer)
+
+
+def _one_shot(path: str) -> int:
+    """Validate once at each of the request's sizes; 0 if valid, 3 for a wrong result."""
+    request = json.loads(Path(path).read_text())
+    cp = cupy_module()
+    cp.cuda.set_allocator(None)  # plain cudaMalloc: memcheck sees each buffer's bounds
+    spec = spec_from_wire(request["spec"])
+    function = _load_function(request["cubin"], request["entry"])
+    bind = in_stream(_kernel_binder(function, request["launch"], request["params"]))
+    try:
+        for index, size in enumerate([*request["check_sizes"], request["size"]]):
+            validate(spec, ProblemSize.of(size), str(request["dtype"]), index, bind)
+    except WrongResult as exc:
+        print(f"peak-tune: {exc}", file=sys.stderr)
+        return _WRONG_RESULT_STATUS
+    return 0
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if len(sys.argv) == 3 and sys.argv[1] == "--one-shot":
+        return _one_shot(sys.argv[2])
+    return serve({"info": _info, "evaluate": _tainting(_evaluate),
+                  "vendor": _tainting(_vendor)})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

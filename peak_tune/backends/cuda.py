@@ -1,0 +1,373 @@
+"""The CUDA backend: NVRTC compiles, a killable CuPy worker validates and times.
+
+Compiling happens here, in the tuner's process, through NVRTC (cuda-python): it needs no
+GPU and no CUDA context, so builds can run on CPU machines and in parallel with timing.
+A variant becomes <build_dir>/<key>.cubin for the profile's architecture (facts.arch),
+with tuning parameters as -D macros, the element type as -DDTYPE and the accumulator as
+-DACC. Artifact.resources holds the entry's registers, stack frame and static shared
+memory (read from the cubin) and spills (ptxas's report). Everything on the GPU runs in
+a child process (peak_tune.backends._cuda_worker) that owns the CUDA context: an illegal
+address or a trap kills only that process, a hang is killed at the deadline, and either
+way the next evaluation starts in a fresh one. cuBLAS is timed there by the same code.
+
+The launch geometry is data: KernelContext.launch (see _cuda_launch). A geometry the
+device cannot run (threads per block, shared memory) raises InvalidPoint: pruned.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from peak_tune.backends._cuda_launch import check_launch, evaluate_launch, geometry_fits
+from peak_tune.backends._nvrtc import (
+    Compiled,
+    compile_cubin,
+    cubin_resources,
+    include_dir,
+    nvrtc_version,
+    ptxas_resources,
+)
+from peak_tune.backends._worker import WorkerProcess, _child_env, spec_to_wire
+from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
+from peak_tune.catalog.types import DeviceProfile
+from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
+from peak_tune.errors import (
+    BackendUnavailable,
+    CompileError,
+    KernelCrash,
+    KernelTimeout,
+    UserError,
+    WrongResult,
+)
+from peak_tune.expr import evaluate, names_in
+from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
+
+__all__ = ["FLAGS", "HARNESS_VERSION", "CudaBackend"]
+
+_log = logging.getLogger(__name__)
+
+HARNESS_VERSION = "cuda-1"  # bump when validation or timing in the worker changes
+FLAGS = ("-std=c++17", "-lineinfo", "--ptxas-options=-v")
+# dtype -> (DTYPE, ACC): fp16 in and out with fp32 accumulation
+_CUDA_TYPES = {"float32": ("float", "float"), "float16": ("__half", "float"),
+               "float64": ("double", "double")}
+_RESERVED_MACROS = {"DTYPE", "ACC"}
+_MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WORKER_MODULE = "peak_tune.backends._cuda_worker"
+_STARTUP_TIMEOUT_S = 120.0  # a fresh worker: Python, CuPy, the CUDA context
+_SPEED_MARGIN = 1.1  # above this multiple of the device peak, a timing is impossible
+_SANITIZER_ERRORS = 99  # compute-sanitizer's exit status when it found errors
+_SANITIZER_TIMEOUT_S = 600.0
+_WRONG_RESULT_STATUS = 3  # the one-shot worker's exit status for a wrong result
+_UNAVAILABLE = "CUDA backend needs a GPU and cupy: pip install 'peak-tune[cuda]' ({reason})"
+
+
+class CudaBackend:
+    """Backend "cuda": see the module docstring. Construct with a CUDA DeviceProfile.
+
+    One instance drives one worker process (device 0 of CUDA_VISIBLE_DEVICES); use it
+    from one thread at a time. compile() needs no GPU.
+    """
+
+    name = "cuda"
+
+    def __init__(self, profile: DeviceProfile) -> None:
+        self._profile = profile
+        self._device: dict[str, Any] | None = None
+        self._worker = WorkerProcess(_WORKER_MODULE)
+
+    def __enter__(self) -> CudaBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ device
+
+    def probe(self) -> DeviceProfile:
+        """The profile, once the GPU is found and matches its architecture."""
+        self._device_info()
+        return self._profile
+
+    def fingerprint(self) -> Mapping[str, str]:
+        info = self._device_info()
+        return {
+            "device": f"{info['name']} (sm_{info['compute_capability']})",
+            "driver": f"{info['driver'] or 'unknown'} (CUDA {info['driver_cuda']})",
+            "cuda_runtime": f"{info['runtime_cuda']} (cupy {info['cupy']})",
+            "compiler": f"NVRTC {nvrtc_version()}",
+            "flags": " ".join((*FLAGS, f"-arch={self._arch()}")),
+            "harness": HARNESS_VERSION,
+        }
+
+    def _arch(self) -> str:
+        arch = str(self._profile.facts.get("arch", ""))
+        if not re.fullmatch(r"sm_\d+a?", arch):
+            raise UserError(f"device profile {self._profile.name!r} needs facts.arch like "
+                            f"'sm_90', not {arch!r}")
+        return arch
+
+    def _device_info(self) -> dict[str, Any]:
+        if self._device is None:
+            if importlib.util.find_spec("cupy") is None:
+                raise BackendUnavailable(_UNAVAILABLE.format(reason="cupy is not installed"))
+            info = self._start_worker()
+            wanted = self._arch().removeprefix("sm_").rstrip("a")
+            if info["compute_capability"] != wanted:
+                raise BackendUnavailable(
+                    f"this GPU is {info['name']} (sm_{info['compute_capability']}) but device "
+                    f"profile {self._profile.name!r} is for {self._arch()}: choose the "
+                    "profile of this GPU with --device")
+            self._device = info
+            _log.info("CUDA backend: %s, driver %s", info["name"], info["driver"])
+        return self._device
+
+    def _start_worker(self) -> dict[str, Any]:
+        """A fresh worker with its CUDA context up, so kernel deadlines time kernels only."""
+        try:
+            self._worker.start()
+            info = self._worker.call({"op": "info"}, _STARTUP_TIMEOUT_S)
+        except (KernelCrash, KernelTimeout) as exc:
+            self._worker.stop()
+            raise BackendUnavailable(_UNAVAILABLE.format(reason=str(exc))) from exc
+        if not info.get("available"):
+            self._worker.stop()
+            raise BackendUnavailable(_UNAVAILABLE.format(reason=info.get("reason", "?")))
+        return info
+
+    # ------------------------------------------------------------ compile
+
+    def compile(
+        self, context: KernelContext, params: Mapping[str, int], dtype: str, build_dir: str
+    ) -> Artifact:
+        """Build <build_dir>/<key>.cubin with NVRTC, or reuse an identical build."""
+        if dtype not in _CUDA_TYPES:
+            raise UserError(f"the CUDA backend supports dtypes {', '.join(_CUDA_TYPES)}, "
+                            f"not {dtype!r}")
+        check_launch(context.launch, None)
+        element, accumulator = _CUDA_TYPES[dtype]
+        options = [*FLAGS, f"-arch={self._arch()}", f"-DDTYPE={element}",
+                   f"-DACC={accumulator}", *_macro_flags(params)]
+        version = nvrtc_version()
+        key = stable_hash({"context": context.content_hash(), "options": options,
+                           "params": sorted(params.items()), "nvrtc": version})
+        build = Path(build_dir).absolute()
+        build.mkdir(parents=True, exist_ok=True)
+        cubin, sidecar = build / f"{key}.cubin", build / f"{key}.json"
+        if cubin.exists() and sidecar.exists():
+            record = json.loads(sidecar.read_text())
+            artifact = Artifact(str(cubin), key, log=record["log"], reused=True,
+                                resources=record["resources"])
+        else:
+            found, resources = _compile_with_report(context, options, key)
+            _write_atomically(cubin, found.cubin)
+            _write_atomically(sidecar, json.dumps({"log": found.log, "resources": resources})
+                              .encode())
+            artifact = Artifact(str(cubin), key, log=found.log, resources=resources)
+        self._check_resources(context, params, artifact)
+        return artifact
+
+    def _check_resources(
+        self, context: KernelContext, params: Mapping[str, int], artifact: Artifact
+    ) -> None:
+        """InvalidPoint for a block or shared memory the profile's device cannot give, where
+        the launch fixes them by parameters alone (the worker checks every size again)."""
+        launch = {k: v for k, v in context.launch.items()
+                  if k.startswith("block") or k == "shared_bytes"}
+        if any(names_in(text) - set(params) for text in launch.values()):
+            return  # depends on the sizes: checked per size in the worker
+        shape = evaluate_launch({"grid_x": "1", **launch}, params)
+        facts = self._profile.facts
+        limit = int(float(facts.get("shared_memory_per_block_kib", 48)) * 1024)
+        geometry_fits(shape, int(facts.get("max_threads_per_block", 1024)),
+                      int(artifact.resources.get("shared_static_bytes", 0)), limit)
+
+    # ------------------------------------------------------------ run
+
+    def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
+        """Validate at the check sizes and twice at the size, time, check again."""
+        self._device_info()
+        message = self._request(artifact, request, request.size)
+        reply = self._call(message, request.config.timeout_s)
+        measurement = _measurement(request.spec, request.size, reply)
+        self._reject_impossible_speed(request.spec, request.dtype, request.size, measurement)
+        return measurement
+
+    def _request(
+        self, artifact: Artifact, request: EvalRequest, size: ProblemSize
+    ) -> dict[str, Any]:
+        context, params = request.context, request.params
+        check_launch(context.launch, set(request.spec.size_symbols) | set(params))
+        require_size_constraints(context, params, size)
+        return {
+            "op": "evaluate",
+            "cubin": artifact.path,
+            "entry": context.entry,
+            "launch": dict(context.launch),
+            "params": dict(params),
+            "spec": spec_to_wire(request.spec),
+            "dtype": request.dtype,
+            "size": size.as_dict(),
+            "check_sizes": [s.as_dict() for s in
+                            applicable_sizes(context, params, request.check_sizes)],
+            "config": _config_wire(request.config),
+        }
+
+    def time_vendor(
+        self, spec: KernelSpec, dtype: str, size: ProblemSize, config: EvalConfig
+    ) -> tuple[str, Measurement]:
+        """cuBLAS (matmul), checked and timed like a variant, in the same worker."""
+        self._device_info()
+        message = {"op": "vendor", "spec": spec_to_wire(spec), "dtype": dtype,
+                   "size": size.as_dict(), "config": _config_wire(config)}
+        reply = self._call(message, config.timeout_s)
+        return str(reply["name"]), _measurement(spec, size, reply)
+
+    def close(self) -> None:
+        self._worker.stop()
+
+    def _call(self, message: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        if not self._worker.running:
+            self._start_worker()
+        return self._worker.call(message, timeout_s)
+
+    def _reject_impossible_speed(
+        self, spec: KernelSpec, dtype: str, size: ProblemSize, measurement: Measurement
+    ) -> None:
+        peak = float(self._profile.peak_gflops.get(dtype, 0.0))
+        if peak > 0 and measurement.gflops > _SPEED_MARGIN * peak:
+            raise WrongResult(
+                f"impossible speed at {size_label(spec, size)}: {measurement.gflops:.1f} "
+                f"GFLOP/s is above {_SPEED_MARGIN:g} x the device peak ({peak:g} GFLOP/s)")
+
+    # ------------------------------------------------------------ compute-sanitizer
+
+    def sanitize(self, artifact: Artifact, request: EvalRequest) -> str:
+        """Run memcheck and racecheck on one validation at the smallest requested size.
+
+        Returns the sanitizer's reports. Raises WrongResult naming the tool when either
+        reports errors, else WrongResult or KernelCrash when the kernel failed under it.
+        """
+        tool = _find_sanitizer()
+        sizes = [*request.check_sizes, request.size]
+        smallest = min(sizes, key=lambda s: float(evaluate(request.spec.flops, s.as_dict())))
+        message = self._request(artifact, request, smallest)
+        message["check_sizes"] = []
+        label = size_label(request.spec, smallest)
+        runs: list[tuple[str, int, str]] = []
+        with tempfile.TemporaryDirectory(prefix="peak-tune-sanitize-") as folder:
+            path = Path(folder) / "request.json"
+            path.write_text(json.dumps(message))
+            for check in ("memcheck", "racecheck"):
+                runs.append((check, *_run_sanitizer(tool, check, path, label)))
+        report = "\n".join(f"---- compute-sanitizer {check} at {label}: exit status {status}\n"
+                           f"{text}" for check, status, text in runs)
+        for check, status, text in runs:
+            if status == _SANITIZER_ERRORS:
+                raise WrongResult(f"compute-sanitizer {check} at {label}: {_finding(text)}",
+                                  detail=report)
+        for check, status, text in runs:
+            if status == _WRONG_RESULT_STATUS:
+                reason = [line for line in text.splitlines() if line.startswith("peak-tune: ")]
+                raise WrongResult((reason or ["peak-tune: wrong result"])[-1][11:],
+                                  detail=report)
+            if status != 0:
+                tail = text.strip().splitlines()[-1:] or [f"exit status {status}"]
+                raise KernelCrash(f"kernel failed under compute-sanitizer {check}: {tail[0]}",
+                                  detail=report)
+        return "\n".join(f"compute-sanitizer {check} at {label}: no errors"
+                         for check, _, _ in runs) + "\n" + report
+
+
+def _run_sanitizer(tool: str, check: str, request_path: Path, label: str) -> tuple[int, str]:
+    """(exit status, output) of one sanitizer tool over the one-shot worker."""
+    command = [tool, "--tool", check, "--error-exitcode", str(_SANITIZER_ERRORS),
+               "--print-limit", "20", sys.executable, "-m", _WORKER_MODULE, "--one-shot",
+               str(request_path)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              timeout=_SANITIZER_TIMEOUT_S, env=_child_env())
+    except subprocess.TimeoutExpired as exc:
+        raise KernelTimeout(f"compute-sanitizer {check} timed out at {label}") from exc
+    return done.returncode, done.stdout + done.stderr
+
+
+def _finding(report: str) -> str:
+    """The sanitizer's first error line, without its '=========' prefix."""
+    for line in report.splitlines():
+        text = line.removeprefix("=========").strip()
+        if line.startswith("=========") and re.match(r"(Invalid|Error|Race|.*hazard)", text):
+            return text
+    return "errors reported"
+
+
+def _find_sanitizer() -> str:
+    found = shutil.which("compute-sanitizer")
+    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    for home in filter(None, homes):
+        candidate = Path(home) / "bin" / "compute-sanitizer"
+        if found is None and candidate.is_file():
+            found = str(candidate)
+    if found is None:
+        raise BackendUnavailable("compute-sanitizer not found: install the CUDA toolkit "
+                                 "(it ships with it) or put it on PATH")
+    return found
+
+
+def _compile_with_report(
+    context: KernelContext, options: list[str], key: str
+) -> tuple[Compiled, dict[str, int]]:
+    """NVRTC's build and the entry's resources: registers, stack and static shared memory
+    from the cubin, spills from ptxas's report where NVRTC's log has it (NVRTC 13.0 was
+    seen to give it only for the first build per architecture in a process)."""
+    headers = include_dir()
+    found = compile_cubin(context.source, [*options, *([f"-I{headers}"] if headers else [])],
+                          f"{key}.cu")
+    resources = {**ptxas_resources(found.log, context.entry),
+                 **cubin_resources(found.cubin, context.entry)}
+    return found, resources
+
+
+def _config_wire(config: EvalConfig) -> dict[str, Any]:
+    return {
+        "warmup": config.warmup,
+        "repeats": config.repeats,
+        "max_timing_s": config.max_timing_s,
+        "slow_cutoff_ms": config.slow_cutoff_ms,
+        "validation_seed": config.validation_seed,
+    }
+
+
+def _measurement(spec: KernelSpec, size: ProblemSize, reply: Mapping[str, Any]) -> Measurement:
+    flops = float(evaluate(spec.flops, size.as_dict()))
+    return Measurement(tuple(float(s) for s in reply["samples_ms"]), flops)
+
+
+def _macro_flags(params: Mapping[str, int]) -> list[str]:
+    flags = []
+    for name, value in sorted(params.items()):
+        if not _MACRO_NAME.match(name) or name in _RESERVED_MACROS:
+            raise CompileError(f"compile error: {name!r} cannot be a tuning parameter name")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CompileError(f"compile error: tuning parameter {name} = {value!r} "
+                               "is not an integer")
+        flags.append(f"-D{name}={value}")
+    return flags
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)

@@ -1,0 +1,240 @@
+"""The CUDA backend on a real GPU: the seed and cuBLAS validate and time; kernels that
+cheat, crash or hang fail with the class and message a user would see, and the next
+evaluation works. Skipped (with the reason) where CuPy sees no CUDA device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from peak_tune.backends.base import EvalConfig, EvalRequest
+from peak_tune.backends.cuda import CudaBackend
+from peak_tune.catalog.loaders import load_devices, load_spec
+from peak_tune.catalog.types import DeviceProfile
+from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
+from peak_tune.errors import InvalidPoint, KernelCrash, KernelTimeout, WrongResult
+from peak_tune.pipeline import seed_context
+
+pytestmark = [pytest.mark.gpu, pytest.mark.cuda]
+
+ROOT = Path(__file__).resolve().parents[2]
+ADVERSARIAL = ROOT / "tests" / "fixtures" / "adversarial_cuda"
+SQUARE = ProblemSize.of({"M": 512, "N": 512, "K": 512})
+ODD = ProblemSize.of({"M": 333, "N": 517, "K": 259})
+CONFIG = EvalConfig(timeout_s=60.0, warmup=1, repeats=5, max_timing_s=1.0)
+SKIP_SOURCE = """\
+extern "C" __global__ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= M || col >= N) return;
+    ACC acc = 0;
+    for (int k = 0; k < K - SKIP; k++) acc += (ACC)A[row * K + k] * (ACC)B[k * N + col];
+    C[row * N + col] = (DTYPE)acc;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def spec() -> KernelSpec:
+    return load_spec(ROOT / "seeds" / "matmul")
+
+
+@pytest.fixture(scope="module")
+def profile() -> DeviceProfile:
+    """The device profile of this GPU: same architecture, by name where one matches."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    arch = f"sm_{props['major']}{props['minor']}"
+    profiles = [p for p in load_devices([ROOT / "backends" / "devices"]).values()
+                if p.backend == "cuda" and str(p.facts.get("arch", "")).rstrip("a") == arch]
+    if not profiles:
+        pytest.skip(f"no device profile for {name} ({arch})")
+    named = [p for p in profiles if p.name.upper() in name.upper()]
+    return (named or profiles)[0]
+
+
+@pytest.fixture(scope="module")
+def backend(profile: DeviceProfile) -> Iterator[CudaBackend]:
+    with CudaBackend(profile) as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("cuda-builds"))
+
+
+def context_of(spec: KernelSpec, source: str, **fields: object) -> KernelContext:
+    context = dataclasses.replace(seed_context(spec, "cuda"), source=source)
+    return dataclasses.replace(context, **fields)  # type: ignore[arg-type]
+
+
+def run(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str, context: KernelContext,
+    params: Mapping[str, int] | None = None, *, dtype: str = "float32",
+    size: ProblemSize = SQUARE, config: EvalConfig = CONFIG,
+) -> Measurement:
+    artifact = backend.compile(context, dict(params or {}), dtype, build_dir)
+    request = EvalRequest(spec=spec, context=context, params=dict(params or {}), dtype=dtype,
+                          size=size, check_sizes=spec.check_sizes, config=config)
+    return backend.evaluate(artifact, request)
+
+
+def fixture(spec: KernelSpec, name: str, **fields: object) -> KernelContext:
+    return context_of(spec, (ADVERSARIAL / name).read_text(), **fields)
+
+
+# ---------------------------------------------------------------- the seed and cuBLAS
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("size", [SQUARE, ODD], ids=["512", "333x517x259"])
+def test_naive_seed_validates_and_times(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str, dtype: str, size: ProblemSize
+) -> None:
+    measurement = run(backend, spec, build_dir, seed_context(spec, "cuda"), dtype=dtype,
+                      size=size)
+    assert len(measurement.samples_ms) == CONFIG.repeats
+    assert all(s > 0 for s in measurement.samples_ms)
+    m, n, k = (size.as_dict()[s] for s in "MNK")
+    assert measurement.flops == 2 * m * n * k
+    assert measurement.gflops > 0
+
+
+@pytest.mark.parametrize(("dtype", "compute"), [
+    ("float32", "CUBLAS_COMPUTE_32F (true SGEMM, TF32 off)"),
+    ("float16", "fp32 accumulation (CUBLAS_COMPUTE_32F)"),
+])
+def test_vendor_is_cublas_timed_by_the_same_code(
+    backend: CudaBackend, spec: KernelSpec, dtype: str, compute: str
+) -> None:
+    name, measurement = backend.time_vendor(spec, dtype, SQUARE, CONFIG)
+    assert name.startswith("cuBLAS ") and compute in name
+    assert len(measurement.samples_ms) == CONFIG.repeats and measurement.gflops > 0
+
+
+def test_probe_and_fingerprint_describe_this_gpu(
+    backend: CudaBackend, profile: DeviceProfile
+) -> None:
+    assert backend.probe() is profile
+    fingerprint = backend.fingerprint()
+    assert set(fingerprint) == {"device", "driver", "cuda_runtime", "compiler", "flags",
+                                "harness"}
+    assert fingerprint["compiler"].startswith("NVRTC ")
+    assert f"-arch={profile.facts['arch']}" in fingerprint["flags"]
+
+
+def test_macro_parameter_reaches_the_kernel(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str
+) -> None:
+    context = context_of(spec, SKIP_SOURCE)
+    assert run(backend, spec, build_dir, context, {"SKIP": 0}).gflops > 0
+    with pytest.raises(WrongResult, match="wrong result at 67x53x97"):
+        run(backend, spec, build_dir, context, {"SKIP": 1})
+
+
+# ---------------------------------------------------------------- resources
+
+
+def test_block_over_the_functions_thread_limit_is_pruned(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str
+) -> None:
+    source = SKIP_SOURCE.replace('extern "C" __global__ void',
+                                 'extern "C" __global__ void __launch_bounds__(256)')
+    launch = {**seed_context(spec, "cuda").launch, "block_x": "32", "block_y": "16",
+              "grid_x": "ceil_div(N, 32)"}
+    with pytest.raises(InvalidPoint, match="block of 512 threads exceeds this function's "
+                                           "limit of 256"):
+        run(backend, spec, build_dir, context_of(spec, source, launch=launch), {"SKIP": 0})
+
+
+def test_dynamic_shared_memory_over_48k_opts_in_and_over_the_limit_is_pruned(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str
+) -> None:
+    big = {**seed_context(spec, "cuda").launch, "shared_bytes": "100000"}
+    assert run(backend, spec, build_dir,
+               context_of(spec, spec.sources["cuda"], launch=big)).gflops > 0
+    too_big = {**big, "shared_bytes": "M * 1000"}
+    with pytest.raises(InvalidPoint, match="shared memory per block"):
+        run(backend, spec, build_dir, context_of(spec, spec.sources["cuda"], launch=too_big))
+
+
+# ---------------------------------------------------------------- adversarial kernels
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("oob_write.cu", "wrote out of bounds: guard after C changed at 67x53x97"),
+        ("stale.cu", "wrong result at 512x512x512: "),
+        ("race.cu", "wrong result at "),
+    ],
+)
+def test_cheating_kernel_fails_validation(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str, name: str, message: str
+) -> None:
+    with pytest.raises(WrongResult) as caught:
+        run(backend, spec, build_dir, fixture(spec, name))
+    assert str(caught.value).startswith(message)
+
+
+def test_illegal_address_is_a_crash_and_the_next_evaluation_works(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str
+) -> None:
+    with pytest.raises(KernelCrash, match="kernel crashed: .*illegal memory access"):
+        run(backend, spec, build_dir, fixture(spec, "illegal_address.cu"))
+    assert run(backend, spec, build_dir, seed_context(spec, "cuda")).gflops > 0
+
+
+def test_endless_kernel_times_out_and_the_next_evaluation_works(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str
+) -> None:
+    short = dataclasses.replace(CONFIG, timeout_s=5.0)
+    with pytest.raises(KernelTimeout, match="kernel timed out after 5 s"):
+        run(backend, spec, build_dir, fixture(spec, "forever.cu"), config=short)
+    assert run(backend, spec, build_dir, seed_context(spec, "cuda")).gflops > 0
+
+
+# ---------------------------------------------------------------- compute-sanitizer
+
+
+needs_sanitizer = pytest.mark.skipif(
+    shutil.which("compute-sanitizer") is None
+    and not Path("/usr/local/cuda/bin/compute-sanitizer").is_file(),
+    reason="compute-sanitizer is not installed")
+
+
+def _sanitize(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str, context: KernelContext
+) -> str:
+    artifact = backend.compile(context, {}, "float32", build_dir)
+    request = EvalRequest(spec=spec, context=context, params={}, dtype="float32", size=SQUARE,
+                          check_sizes=spec.check_sizes, config=CONFIG)
+    return backend.sanitize(artifact, request)
+
+
+@needs_sanitizer
+def test_sanitizer_passes_the_seed(backend: CudaBackend, spec: KernelSpec, build_dir: str) -> None:
+    report = _sanitize(backend, spec, build_dir, seed_context(spec, "cuda"))
+    assert report.startswith("compute-sanitizer memcheck at 67x53x97: no errors\n"
+                             "compute-sanitizer racecheck at 67x53x97: no errors\n")
+
+
+@needs_sanitizer
+@pytest.mark.parametrize(("name", "message"), [
+    ("race.cu", "compute-sanitizer racecheck at 67x53x97: "),
+    ("illegal_address.cu", "compute-sanitizer memcheck at 67x53x97: "),
+])
+def test_sanitizer_reports_races_and_bad_accesses(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str, name: str, message: str
+) -> None:
+    with pytest.raises(WrongResult) as caught:
+        _sanitize(backend, spec, build_dir, fixture(spec, name))
+    assert str(caught.value).startswith(message), caught.value.detail[-2000:]

@@ -1,0 +1,301 @@
+"""The CUDA backend's side that needs no GPU: NVRTC builds, launch geometry, probing.
+
+NVRTC comes from pip wheels (`pip install -e '.[cuda-compile]'`); without them the
+compile tests skip with the reason. Launch-geometry and loader tests always run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from peak_tune.backends import make_backend
+from peak_tune.backends._cuda_device import Timing
+from peak_tune.backends._cuda_launch import evaluate_launch
+from peak_tune.backends._nvrtc import (
+    compile_cubin,
+    cubin_resources,
+    nvrtc_version,
+    ptxas_resources,
+)
+from peak_tune.backends.cuda import CudaBackend
+from peak_tune.catalog.loaders import load_device, load_spec
+from peak_tune.catalog.types import DeviceProfile
+from peak_tune.core import KernelContext, KernelSpec
+from peak_tune.errors import (
+    BackendUnavailable,
+    CatalogError,
+    CompileError,
+    InvalidPoint,
+    UserError,
+)
+from peak_tune.pipeline import seed_context
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVICES = ROOT / "backends" / "devices"
+ADVERSARIAL = ROOT / "tests" / "fixtures" / "adversarial_cuda"
+LAUNCH = {"grid_x": "ceil_div(N, 16)", "grid_y": "ceil_div(M, 16)", "block_x": "16",
+          "block_y": "16"}
+TILE_SOURCE = """\
+#ifndef TILE
+#error "TILE must be set with -DTILE=..."
+#endif
+extern "C" __global__ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
+    __shared__ ACC tile[TILE * TILE];
+    int i = threadIdx.x;
+    tile[i % (TILE * TILE)] = (ACC)A[i];
+    __syncthreads();
+    C[i] = (DTYPE)tile[(i + 1) % (TILE * TILE)];
+}
+"""
+
+
+def _nvrtc_missing() -> str | None:
+    try:
+        nvrtc_version()
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None
+
+
+needs_nvrtc = pytest.mark.skipif(_nvrtc_missing() is not None,
+                                 reason=f"NVRTC not available: {_nvrtc_missing()}")
+
+
+@pytest.fixture(scope="module")
+def spec() -> KernelSpec:
+    return load_spec(ROOT / "seeds" / "matmul")
+
+
+@pytest.fixture(scope="module")
+def h200() -> DeviceProfile:
+    return load_device(DEVICES / "h200.toml")
+
+
+@pytest.fixture(scope="module")
+def backend(h200: DeviceProfile) -> Iterator[CudaBackend]:
+    with CudaBackend(h200) as driver:
+        yield driver
+
+
+def context_of(source: str, **fields: object) -> KernelContext:
+    context = KernelContext(kernel="matmul", backend="cuda", source=source, entry="matmul",
+                            launch=LAUNCH)
+    return dataclasses.replace(context, **fields)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the seed builds
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("device", ["a100", "h200"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_seed_compiles_to_a_cubin_with_its_resources(
+    spec: KernelSpec, tmp_path: Path, device: str, dtype: str
+) -> None:
+    profile = load_device(DEVICES / f"{device}.toml")
+    context = seed_context(spec, "cuda")
+    artifact = CudaBackend(profile).compile(context, {}, dtype, str(tmp_path))
+    assert Path(artifact.path).read_bytes()[:4] == b"\x7fELF"  # a cubin, not PTX
+    assert 8 <= artifact.resources["registers"] <= 64
+    assert artifact.resources["stack_bytes"] == 0
+    assert artifact.resources["shared_static_bytes"] == 0
+
+
+@needs_nvrtc
+def test_identical_build_in_a_new_folder_still_reports_resources(
+    backend: CudaBackend, spec: KernelSpec, tmp_path: Path
+) -> None:
+    """NVRTC 13.0 was seen to leave ptxas's report out of the log of a repeated build."""
+    context = seed_context(spec, "cuda")
+    first = backend.compile(context, {}, "float32", str(tmp_path / "one"))
+    second = backend.compile(context, {}, "float32", str(tmp_path / "two"))
+    assert not second.reused
+    for key in ("registers", "stack_bytes", "shared_static_bytes"):
+        assert second.resources[key] == first.resources[key]
+    assert Path(second.path).read_bytes() == Path(first.path).read_bytes()
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_cubin_resources_agree_with_the_ptxas_report(arch: str) -> None:
+    source = ('extern "C" __global__ void matmul(float *c) {\n'
+              "    __shared__ float tile[1000];\n"
+              "    float local[100];\n"
+              "    tile[threadIdx.x % 1000] = c[threadIdx.x];\n"
+              "    __syncthreads();\n"
+              "    for (int i = 0; i < 100; i++) local[i] = c[i * threadIdx.x];\n"
+              "    c[5] = local[threadIdx.x % 100] + tile[(threadIdx.x + 1) % 1000];\n}\n"
+              'extern "C" __global__ void other(float *c) { c[0] = 1; }\n')
+    built = compile_cubin(source, [f"-arch={arch}", "--ptxas-options=-v"])
+    report = {entry: ptxas_resources(built.log, entry) for entry in ("matmul", "other")}
+    if not report["matmul"]:
+        pytest.skip("this NVRTC left ptxas's report out of the log")
+    for entry, expected in report.items():
+        keys = ("registers", "stack_bytes", "shared_static_bytes")
+        assert cubin_resources(built.cubin, entry) == {k: expected[k] for k in keys}
+    assert report["matmul"]["stack_bytes"] == 400
+    assert report["matmul"]["shared_static_bytes"] == 4000
+    assert cubin_resources(b"not an ELF file", "matmul") == {}
+
+
+@needs_nvrtc
+def test_compile_error_carries_the_nvrtc_log(backend: CudaBackend, tmp_path: Path) -> None:
+    broken = ('extern "C" __global__ void matmul(DTYPE *C) {\n'
+              "    C[0] = 1\n}\n")
+    with pytest.raises(CompileError) as caught:
+        backend.compile(context_of(broken), {}, "float32", str(tmp_path))
+    assert str(caught.value) == 'compile error: line 3: expected a ";"'
+    assert "-arch=sm_90" in caught.value.detail and "error" in caught.value.detail
+
+
+@needs_nvrtc
+def test_tuning_parameter_reaches_the_code_and_sets_static_shared_memory(
+    backend: CudaBackend, tmp_path: Path
+) -> None:
+    with pytest.raises(CompileError, match="TILE must be set"):
+        backend.compile(context_of(TILE_SOURCE), {}, "float32", str(tmp_path))
+    small = backend.compile(context_of(TILE_SOURCE), {"TILE": 8}, "float32", str(tmp_path))
+    large = backend.compile(context_of(TILE_SOURCE), {"TILE": 64}, "float32", str(tmp_path))
+    assert small.resources["shared_static_bytes"] == 8 * 8 * 4
+    assert large.resources["shared_static_bytes"] == 64 * 64 * 4
+    with pytest.raises(CompileError, match="'DTYPE' cannot be a tuning parameter"):
+        backend.compile(context_of(TILE_SOURCE), {"DTYPE": 1}, "float32", str(tmp_path))
+
+
+@needs_nvrtc
+def test_device_side_launch_does_not_build(backend: CudaBackend, tmp_path: Path) -> None:
+    """A variant cannot run its work outside the timed launch (no -rdc, no other stream)."""
+    source = (ADVERSARIAL / "device_launch.cu").read_text()
+    with pytest.raises(CompileError, match="device-side kernel launch"):
+        backend.compile(context_of(source), {}, "float32", str(tmp_path))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", ["oob_write.cu", "race.cu", "stale.cu", "illegal_address.cu",
+                                  "forever.cu"])
+def test_adversarial_fixtures_build(backend: CudaBackend, tmp_path: Path, name: str) -> None:
+    source = (ADVERSARIAL / name).read_text()
+    assert backend.compile(context_of(source), {}, "float32", str(tmp_path)).resources
+
+
+# ---------------------------------------------------------------- launch geometry
+
+
+@needs_nvrtc
+@pytest.mark.parametrize(
+    ("launch", "message"),
+    [
+        ({**LAUNCH, "block_x": "64", "block_y": "32"}, "block of 2048 threads exceeds"),
+        ({**LAUNCH, "block_z": "65"}, "block extent z = 65 is outside 1..64"),
+        ({**LAUNCH, "shared_bytes": "TILE * 16384"},
+         r"263168 bytes of shared memory per block \(1024 static \+ 262144 dynamic\) exceed"),
+    ],
+)
+def test_launch_the_device_cannot_run_is_pruned(
+    backend: CudaBackend, tmp_path: Path, launch: dict[str, str], message: str
+) -> None:
+    with pytest.raises(InvalidPoint, match=message):
+        backend.compile(context_of(TILE_SOURCE, launch=launch), {"TILE": 16}, "float32",
+                        str(tmp_path))
+
+
+@needs_nvrtc
+def test_launch_that_depends_on_sizes_is_left_to_the_worker(
+    backend: CudaBackend, tmp_path: Path
+) -> None:
+    launch = {**LAUNCH, "shared_bytes": "M * 1000000"}
+    artifact = backend.compile(context_of(TILE_SOURCE, launch=launch), {"TILE": 8}, "float32",
+                               str(tmp_path))
+    assert artifact.resources["registers"] > 0
+
+
+@pytest.mark.parametrize(
+    ("launch", "message"),
+    [
+        ({}, "has no launch geometry"),
+        ({**LAUNCH, "threads": "256"}, r"unknown launch key\(s\) \['threads'\]"),
+        ({"grid_x": "1"}, "launch needs block_x"),
+    ],
+)
+def test_malformed_launch_is_a_compile_error(
+    backend: CudaBackend, tmp_path: Path, launch: dict[str, str], message: str
+) -> None:
+    with pytest.raises(CompileError, match=message):
+        backend.compile(context_of(TILE_SOURCE, launch=launch), {"TILE": 8}, "float32",
+                        str(tmp_path))
+
+
+def test_launch_expressions_evaluate_over_sizes_and_parameters() -> None:
+    geometry = evaluate_launch({"grid_x": "ceil_div(N, BN)", "grid_y": "ceil_div(M, 16)",
+                                "block_x": "BN", "shared_bytes": "BN * 4"},
+                               {"M": 67, "N": 53, "BN": 32})
+    assert geometry.grid == (2, 5, 1) and geometry.block == (32, 1, 1)
+    assert geometry.shared_bytes == 128 and geometry.threads == 32
+    with pytest.raises(InvalidPoint, match="grid extent y = 70000"):
+        evaluate_launch({"grid_x": "1", "grid_y": "70000", "block_x": "1"}, {})
+
+
+def test_slow_kernels_get_fewer_timed_runs() -> None:
+    timing = Timing(warmup=1, repeats=20, max_timing_s=1.0, slow_cutoff_ms=0.0, seed=0)
+    assert timing.repeat_count(10.0) == 20  # 20 x 10 ms fits in 1 s
+    assert timing.repeat_count(100.0) == 10
+    assert timing.repeat_count(5000.0) == 3  # never fewer than 3
+    cut = Timing(warmup=1, repeats=20, max_timing_s=1.0, slow_cutoff_ms=50.0, seed=0)
+    assert cut.repeat_count(60.0) == 1 and cut.repeat_count(40.0) == 20
+
+
+def test_unknown_dtype_is_a_clear_error(backend: CudaBackend, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="supports dtypes float32, float16, float64, not 'int8'"):
+        backend.compile(context_of(TILE_SOURCE), {}, "int8", str(tmp_path))
+
+
+# ---------------------------------------------------------------- catalog, registry, probe
+
+
+def test_spec_launch_table_reaches_the_seed_context(spec: KernelSpec) -> None:
+    assert spec.launch["cuda"]["grid_x"] == "ceil_div(N, 16)"
+    assert seed_context(spec, "cuda").launch == spec.launch["cuda"]
+    assert seed_context(spec, "c").launch == {}
+    assert "float16" in spec.dtypes
+
+
+def test_spec_launch_with_an_unknown_name_is_a_catalog_error(tmp_path: Path) -> None:
+    folder = tmp_path / "matmul"
+    folder.mkdir()
+    for name in ("naive.c", "naive.cu"):
+        (folder / name).write_text((ROOT / "seeds" / "matmul" / name).read_text())
+    text = (ROOT / "seeds" / "matmul" / "spec.toml").read_text()
+    (folder / "spec.toml").write_text(text.replace('block_x = "16"', 'block_x = "BX"'))
+    with pytest.raises(CatalogError, match=r"launch\.cuda\.block_x: unknown name\(s\) \['BX'\]"):
+        load_spec(folder)
+
+
+def test_registry_builds_the_cuda_backend_without_touching_a_gpu(h200: DeviceProfile) -> None:
+    backend = make_backend("cuda", h200)
+    assert isinstance(backend, CudaBackend) and backend.name == "cuda"
+    with pytest.raises(UserError, match="driven by the 'cuda' backend, not 'c'"):
+        make_backend("c", h200)
+
+
+def _gpu_visible() -> bool:
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    import cupy
+
+    try:
+        return bool(cupy.cuda.runtime.getDeviceCount())
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(_gpu_visible(), reason="a GPU is visible here: probing succeeds")
+def test_probe_without_a_gpu_says_what_to_install(backend: CudaBackend) -> None:
+    with pytest.raises(BackendUnavailable,
+                       match=r"CUDA backend needs a GPU and cupy: pip install 'peak-tune\[cuda\]' "
+                             r"\(.+\)"):
+        backend.probe()

@@ -1,0 +1,30 @@
+"""One probe for what this machine can run: tests marked `gpu` skip, with the reason,
+where CuPy cannot see a CUDA device (no GPU, no driver, no cupy)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.cache
+def _gpu_missing() -> str | None:
+    """Why no GPU test can run here, or None. Imports cupy only when asked."""
+    try:
+        import cupy
+    except Exception as exc:
+        return f"cupy cannot be imported ({exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return f"cupy sees no CUDA device ({str(exc).splitlines()[0]})"
+    return None if count else "cupy sees no CUDA device"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu_items and _gpu_missing() is not None:
+        skip = pytest.mark.skip(reason=f"needs a GPU: {_gpu_missing()}")
+        for item in gpu_items:
+            item.add_marker(skip)
