@@ -75,10 +75,10 @@ def main() -> None:
     out = args.out or os.path.join(os.environ.get("OUT", "."), "cpu_matmul.json")
     Path(out).write_text(json.dumps(record, indent=1))
     print(f"\nwrote {out}")
-    print(f"{'size':>6} {'best GFLOP/s':>13} {'numpy GFLOP/s':>14} {'ratio':>6} "
+    print(f"{'size':>14} {'best GFLOP/s':>13} {'numpy GFLOP/s':>14} {'ratio':>6} "
           f"{'trials':>6} {'to 0.5x':>7} {'time s':>7}  best sequence")
     for row in rows:
-        print(f"{row['sizes'][0]:>6} {row['best']['gflops']:>13.1f} "
+        print(f"{row['sizes'][0]:>14} {row['best']['gflops']:>13.1f} "
               f"{row['vendor']['gflops']:>14.1f} {row['ratio']:>6.3f} "
               f"{row['trials']['total']:>6} {row['trials_to_half_of_vendor'] or '-':>7} "
               f"{row['seconds']:>7.0f}  {' > '.join(row['best']['sequence'])}")
