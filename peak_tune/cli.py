@@ -7,11 +7,14 @@ finished trials, prints the summary and exits with status 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from peak_tune.backends.base import EvalConfig
@@ -123,20 +126,49 @@ def _tune(args: argparse.Namespace) -> int:
     )
     started = time.perf_counter()
     session = open_session(config)
+    stop = _StopRequest()
     interrupted = False
     try:
-        session.measure_vendor()
-        session.run(args.trials, ProgressView(session, args.trials))
+        with stop.on_ctrl_c():
+            session.measure_vendor()
+            session.run(args.trials, ProgressView(session, args.trials), stop.requested)
+        interrupted = stop.requested()
     except KeyboardInterrupt:
         interrupted = True
-        print("peak-tune: interrupted; finished trials are kept", file=sys.stderr)
     finally:
         session.close()
+    if interrupted:
+        print("peak-tune: interrupted; finished trials are kept", file=sys.stderr)
     data = summary(session, time.perf_counter() - started)
     print_summary(data, to_stderr=args.json)
     if args.json:
         print(json.dumps(data))
     return 130 if interrupted else 0
+
+
+class _StopRequest:
+    """The first Ctrl-C lets the running trial finish; a second one stops at once."""
+
+    def __init__(self) -> None:
+        self._requested = False
+
+    def requested(self) -> bool:
+        return self._requested
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self._requested:
+            raise KeyboardInterrupt
+        self._requested = True
+        print("peak-tune: stopping after this trial (Ctrl-C again to stop now)",
+              file=sys.stderr)
+
+    @contextlib.contextmanager
+    def on_ctrl_c(self) -> Iterator[None]:
+        previous = signal.signal(signal.SIGINT, self._handle)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def main(argv: list[str] | None = None) -> int:

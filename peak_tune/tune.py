@@ -237,8 +237,12 @@ class TuneSession:
 
     # ------------------------------------------------------------------- trials
 
-    def run(self, trials: int, on_trial: Callable[[TrialRecord], None]) -> None:
+    def run(self, trials: int, on_trial: Callable[[TrialRecord], None],
+            should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Run up to `trials` trials; `should_stop` is asked before each one."""
         for _ in range(trials):
+            if should_stop():
+                return
             on_trial(self.run_one())
 
     def run_one(self) -> TrialRecord:
@@ -246,12 +250,17 @@ class TuneSession:
         started = time.perf_counter()
         try:
             record = self._run_trial(trial, started)
+            self._tell(trial, record)
         except BaseException:
-            trial.set_user_attr("status", "interrupted")
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self._fail_unfinished(trial)
             raise
-        self._tell(trial, record)
         return record
+
+    def _fail_unfinished(self, trial: optuna.Trial) -> None:
+        """Mark an interrupted trial failed, so the study holds no RUNNING trial."""
+        if "status" not in trial.user_attrs:
+            trial.set_user_attr("status", "interrupted")
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
     def _run_trial(self, trial: optuna.Trial, started: float) -> TrialRecord:
         def ended(status: Status, message: str = "", **kw: Any) -> TrialRecord:
