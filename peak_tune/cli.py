@@ -72,6 +72,8 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         "search, and the cache makes the repeat free")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per evaluation")
     p.add_argument("--repeats", type=int, default=7, help="timed runs per evaluation")
+    p.add_argument("--sanitize", action="store_true",
+                   help="run compute-sanitizer (memcheck, racecheck) on the winners (cuda)")
     p.add_argument("--json", action="store_true",
                    help="print the summary as one JSON object on the last line of stdout")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -126,12 +128,18 @@ def _tune(args: argparse.Namespace) -> int:
     )
     started = time.perf_counter()
     session = open_session(config)
+    if args.sanitize and not hasattr(session.backend, "sanitize"):
+        session.close()
+        raise UserError(f"--sanitize is not available on the {session.backend.name} backend")
     stop = _StopRequest()
     interrupted = False
     try:
         with stop.on_ctrl_c():
             session.measure_vendor()
             session.run(args.trials, ProgressView(session, args.trials), stop.requested)
+            if args.sanitize and not stop.requested():
+                for line in session.sanitize_best():
+                    print(f"peak-tune: sanitizer: {line}", file=sys.stderr)
         interrupted = stop.requested()
     except KeyboardInterrupt:
         interrupted = True

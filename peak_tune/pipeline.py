@@ -187,6 +187,15 @@ class Pipeline:
                 raise InvalidPoint(f"constraint {constraint} fails for {_shown(params)}")
         require_size_constraints(context, params, size)
 
+    def request(self, context: KernelContext, values: Mapping[str, int], size: ProblemSize,
+                slow_cutoff_ms: float) -> EvalRequest:
+        """What the backend is asked to validate and time for one point."""
+        return EvalRequest(
+            spec=self.setup.spec, context=context, params=values, dtype=self.setup.dtype,
+            size=size, check_sizes=applicable_sizes(context, values, self.setup.spec.check_sizes),
+            config=replace(self.setup.eval_config, slow_cutoff_ms=slow_cutoff_ms),
+        )
+
     def _evaluate_uncached(
         self,
         context: KernelContext,
@@ -201,12 +210,7 @@ class Pipeline:
             )
             if not artifact.reused:
                 self.cache.counters.compiles += 1
-            request = EvalRequest(
-                spec=self.setup.spec, context=context, params=values, dtype=self.setup.dtype,
-                size=size,
-                check_sizes=applicable_sizes(context, values, self.setup.spec.check_sizes),
-                config=replace(self.setup.eval_config, slow_cutoff_ms=slow_cutoff_ms),
-            )
+            request = self.request(context, values, size, slow_cutoff_ms)
             measurement = self.backend.evaluate(artifact, request)
         except InvalidPoint as exc:  # resources (threads, shared memory) the device lacks
             return Outcome(Status.INVALID, message=str(exc))

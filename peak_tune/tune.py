@@ -24,7 +24,7 @@ from peak_tune.backends.base import Backend, EvalConfig
 from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import Measurement, Outcome, ProblemSize, Status
-from peak_tune.errors import ApplyError, InvalidPoint, UserError
+from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
 from peak_tune.pipeline import Pipeline, PipelineSetup
 from peak_tune.search.samplers import is_multi_objective, make_sampler
 from peak_tune.search.space import (
@@ -126,8 +126,11 @@ class TuneSession:
         self.device = catalog.device(config.device or _default_device(catalog, config.backend))
         backend_name = config.backend or self.device.backend
         if backend_name not in BACKENDS:
-            raise UserError(f"unknown backend {backend_name!r} "
-                            f"(available: {', '.join(sorted(BACKENDS))})")
+            known = ", ".join(sorted(BACKENDS))
+            if config.backend is None:  # the device profile names a backend not built yet
+                raise UserError(f"device {self.device.name!r} needs the {backend_name!r} "
+                                f"backend, which this version does not have ({known})")
+            raise UserError(f"unknown backend {backend_name!r} (available: {known})")
         if config.dtype not in self.spec.dtypes:
             raise UserError(
                 f"dtype {config.dtype!r} is not offered by {self.spec.name} "
@@ -329,10 +332,43 @@ class TuneSession:
 
     # ------------------------------------------------------------------ results
 
-    def best_trial(self) -> optuna.trial.FrozenTrial | None:
+    def ranked_trials(self) -> list[optuna.trial.FrozenTrial]:
+        """Completed trials, fastest first, without those the sanitizer rejected."""
+        rejected = set(self.study.user_attrs.get("sanitizer_rejected", []))
         done = [t for t in self.study.get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE and t.values]
-        return max(done, key=lambda t: t.values[0]) if done else None
+                if t.state == optuna.trial.TrialState.COMPLETE and t.values
+                and t.number not in rejected]
+        return sorted(done, key=lambda t: -t.values[0])
+
+    def best_trial(self) -> optuna.trial.FrozenTrial | None:
+        ranked = self.ranked_trials()
+        return ranked[0] if ranked else None
+
+    def sanitize_best(self, tries: int = 3) -> list[str]:
+        """Run the backend's sanitizer (memory errors, races) on the fastest trials until
+        one passes; rejected trials no longer count as best. Returns one line per try."""
+        sanitize = getattr(self.backend, "sanitize", None)
+        if sanitize is None:
+            raise UserError(f"--sanitize is not available on the {self.backend.name} backend")
+        lines = []
+        for trial in self.ranked_trials()[:tries]:
+            context = self.cache.get_context(trial.user_attrs["context_hash"])
+            if context is None:
+                continue
+            params = {p.name: trial.user_attrs["params"][p.name] for p in context.params}
+            artifact = self.backend.compile(context, params, self.config.dtype,
+                                            str(self.cache.builds))
+            request = self.pipeline.request(context, params, self.sizes[0], 0.0)
+            try:
+                sanitize(artifact, request)
+            except EvaluationError as exc:
+                rejected = self.study.user_attrs.get("sanitizer_rejected", [])
+                self.study.set_user_attr("sanitizer_rejected", [*rejected, trial.number])
+                lines.append(f"trial {trial.number}: rejected: {exc}")
+                continue
+            lines.append(f"trial {trial.number}: compute-sanitizer found nothing")
+            break
+        return lines
 
     def best_gflops(self) -> float:
         best = self.best_trial()

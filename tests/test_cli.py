@@ -147,6 +147,11 @@ Text.
         (["--backend", "cobol"], "unknown backend 'cobol'"),
         (["--dtype", "int3"], "dtype 'int3'"),
         (["--size", "0"], "size '0'"),
+        (["--sanitize"], "--sanitize is not available on the c backend"),
+        (["--device", "mi250"], "needs the 'hip' backend"),
+        (["--device", "h200"], "CUDA backend needs a GPU"),
+        (["--backend", "cuda"], "--backend cuda needs --device"),
+        (["--sampler", "gp"], "the gp sampler needs PyTorch"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):

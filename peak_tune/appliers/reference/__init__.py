@@ -17,6 +17,7 @@ from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError, InvalidPoint
 
 from .c_matmul import CMatmul
+from .cuda_matmul import CudaMatmul
 
 __all__ = ["IMPLEMENTATIONS", "ReferenceApplier", "ReferenceKernel"]
 
@@ -37,6 +38,7 @@ class ReferenceKernel(Protocol):
 
 IMPLEMENTATIONS: Mapping[tuple[str, str], ReferenceKernel] = {
     ("c", "matmul"): CMatmul(),
+    ("cuda", "matmul"): CudaMatmul(),
 }
 
 

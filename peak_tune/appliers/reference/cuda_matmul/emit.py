@@ -1,0 +1,236 @@
+"""Print a plan as CUDA C++: `extern "C" __global__ void entry(A, B, C, M, N, K)`.
+
+DTYPE and ACC come from the backend (-D), the tuning parameters from the tuner (-D); a
+missing one is an #error. The kernel is: block position, thread position, K range,
+accumulators, the K loop (operands from global memory, or shared tiles filled plainly,
+through registers, or by cp.async into NUM_STAGES buffers), the epilogue.
+"""
+
+from __future__ import annotations
+
+from .emit_compute import (
+    emit_accumulators,
+    emit_compute_direct,
+    emit_compute_tile,
+    emit_epilogue,
+    emit_fragment_helpers,
+    emit_position,
+    position_macros,
+)
+from .emit_copy import copy_call, emit_copy_helpers, operands
+from .geometry import STATIC_SHARED_LIMIT, derived_macros, macros_used, smem_unit
+from .plan import Plan
+from .snippets import CP_ASYNC, LDMATRIX, MMA, SPLIT_K_TABLE
+from .writer import CodeWriter
+
+__all__ = ["emit_source"]
+
+_SIGNATURE = ("(const DTYPE *__restrict__ A, const DTYPE *__restrict__ B, DTYPE *__restrict__ C, "
+              "int M, int N, int K)")
+
+
+def emit_source(plan: Plan, entry: str) -> str:
+    writer = CodeWriter()
+    _preamble(writer, plan)
+    bounds = "__launch_bounds__(PT_THREADS_BOUND, MIN_BLOCKS_PER_SM) " if plan.launch_bounds else ""
+    with writer.block(f'extern "C" __global__ void {bounds}{entry}{_SIGNATURE}'):
+        _block_position(writer, plan)
+        emit_position(writer, plan)
+        _k_range(writer, plan)
+        emit_accumulators(writer, plan)
+        if not plan.shared:
+            emit_compute_direct(writer, plan)
+        else:
+            _shared_memory(writer, plan)
+            if plan.staging:
+                _loop_staged(writer, plan)
+            elif plan.stages:
+                _loop_stages(writer, plan)
+            else:
+                _loop_single(writer, plan)
+        if plan.split_k:
+            _split_k_wait(writer)
+        emit_epilogue(writer, plan)
+        if plan.split_k:
+            _split_k_release(writer)
+    return writer.text()
+
+
+def _preamble(writer: CodeWriter, plan: Plan) -> None:
+    writer.lines(
+        "// C = A x B (row-major; A is M x K, B is K x N), block-tiled. DTYPE (element) and",
+        "// ACC (accumulator) are set with -D by the backend, the tuning parameters below",
+        "// with -D by the tuner.",
+        "#include <cuda_fp16.h>",
+        "#include <cuda_bf16.h>",
+        "",
+    )
+    for macro in macros_used(plan):
+        writer.lines(f"#ifndef {macro}", f'#error "{macro} must be defined (-D{macro}=...)"',
+                     "#endif")
+    writer.lines(*derived_macros(plan), *position_macros(plan))
+    if plan.launch_bounds:
+        writer.line("#define PT_THREADS_BOUND (PT_THREADS < 1024 ? PT_THREADS : 1024) "
+                    "/* too many: pruned at launch */")
+    _static_checks(writer, plan)
+    writer.line("")
+    if plan.split_k:
+        writer.raw(SPLIT_K_TABLE)
+        writer.lines("__device__ __forceinline__ void pt_store(DTYPE *C, size_t off, ACC v, "
+                     "bool first) {",
+                     "    // split-k: the first slice stores, later ones add (read past L1)",
+                     "    C[off] = first ? (DTYPE)v : (DTYPE)((ACC)__ldcg(C + off) + v);",
+                     "}", "")
+    if plan.stages:
+        writer.raw(CP_ASYNC)
+        writer.line("")
+    if plan.mma:
+        writer.raw(MMA)
+        if plan.ldmatrix:
+            writer.raw(LDMATRIX)
+        writer.line("")
+    if plan.shared:
+        emit_copy_helpers(writer, plan)
+    if plan.mma:
+        emit_fragment_helpers(writer, plan)
+
+
+def _static_checks(writer: CodeWriter, plan: Plan) -> None:
+    if plan.mma:
+        writer.lines(
+            'static_assert(BLOCK_M % PT_WARP_M == 0 && BLOCK_N % PT_WARP_N == 0, '
+            '"warp tiles must cover the block tile");',
+            'static_assert(PT_TK % 16 == 0, "MMA steps are 16 deep: TILE_K_SIZE % 16 == 0");')
+        return
+    writer.line('static_assert(BLOCK_M % PT_TRD_Y == 0 && BLOCK_N % PT_TRD_X == 0, '
+                '"thread tiles must cover the block tile");')
+    if plan.warp_tile:
+        writer.line('static_assert(PT_THREADS_X % WARP_X_DIM == 0 && '
+                    'PT_THREADS_Y % (32 / WARP_X_DIM) == 0, '
+                    '"warps must tile the thread grid");')
+
+
+def _block_position(writer: CodeWriter, plan: Plan) -> None:
+    if plan.swizzle:
+        writer.lines(
+            "// block-swizzle: consecutive blocks walk SWIZZLE_GROUP block rows column by",
+            "// column, so the A rows and B columns they read stay in L2.",
+            "const int pid = blockIdx.y * gridDim.x + blockIdx.x;",
+            "const int group = SWIZZLE_GROUP * gridDim.x;",
+            "const int first_m = pid / group * SWIZZLE_GROUP;",
+            "const int rows = min((int)gridDim.y - first_m, SWIZZLE_GROUP);",
+            "const int block_m = first_m + pid % group % rows, block_n = pid % group / rows;")
+    else:
+        writer.line("const int block_m = blockIdx.y, block_n = blockIdx.x;")
+    writer.line("const int bm = block_m * BLOCK_M, bn = block_n * BLOCK_N; // the block tile")
+
+
+def _k_range(writer: CodeWriter, plan: Plan) -> None:
+    if plan.split_k:
+        writer.lines(
+            "// split-k: slice blockIdx.z of K, whole PT_KSTEP steps long (may be empty)",
+            "const int chunk = PT_CEIL_DIV(PT_CEIL_DIV(K, K_SPLITS), PT_KSTEP) * PT_KSTEP;",
+            "const int k_lo = min(K, (int)blockIdx.z * chunk), k_hi = min(K, k_lo + chunk);")
+    else:
+        writer.line("const int k_lo = 0, k_hi = K;")
+
+
+def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
+    unit = smem_unit(plan)
+    writer.raw(
+        f"#if PT_SMEM_EST_BYTES > {STATIC_SHARED_LIMIT}\n"
+        "    extern __shared__ __align__(16) unsigned char pt_smem_raw[];\n"
+        "    DTYPE *const pt_smem = reinterpret_cast<DTYPE *>(pt_smem_raw);\n"
+        f"    static_assert(sizeof(DTYPE) <= {unit}, \"the launch sizes dynamic shared memory "
+        f"for {unit}-byte elements\");\n"
+        "    unsigned pt_dynamic;\n"
+        '    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(pt_dynamic));\n'
+        "    if (pt_dynamic < PT_SMEM_ELEMS * sizeof(DTYPE)) __trap(); // launched too small\n"
+        "#else\n"
+        "    __shared__ __align__(16) DTYPE pt_smem[PT_SMEM_ELEMS];\n"
+        f"    static_assert(PT_SMEM_ELEMS * sizeof(DTYPE) <= {STATIC_SHARED_LIMIT}, "
+        '"the tiles exceed the static shared memory for this element type");\n'
+        "#endif")
+    writer.line("#define PT_STAGE(s) (pt_smem + (s) * (PT_A_TILE + PT_B_TILE))")
+    if plan.vector_a:
+        writer.line("const bool vec_a = K % PT_VEC == 0 && (unsigned long long)A % 16 == 0;")
+    if plan.vector_b:
+        writer.line("const bool vec_b = N % PT_VEC == 0 && (unsigned long long)B % 16 == 0;")
+
+
+def _copies(writer: CodeWriter, plan: Plan, function: str, target: str, k0: str) -> None:
+    a, b = operands(plan)
+    writer.line(copy_call(a, function, target, k0))
+    writer.line(copy_call(b, function, f"{target} + PT_A_TILE", k0))
+
+
+def _loop_single(writer: CodeWriter, plan: Plan) -> None:
+    writer.line("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;")
+    with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
+        _copies(writer, plan, "copy", "as", "k0")
+        writer.line("__syncthreads();")
+        emit_compute_tile(writer, plan, "as", "bs")
+        writer.line("__syncthreads();")
+
+
+def _loop_staged(writer: CodeWriter, plan: Plan) -> None:
+    writer.lines("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;",
+                 "DTYPE ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
+    a, b = operands(plan)
+    with writer.block("if (k_lo < k_hi)"):
+        writer.lines(copy_call(a, "fetch", "ra", "k_lo"), copy_call(b, "fetch", "rb", "k_lo"))
+    va, vb = (", vec_a" if a.vector else ""), (", vec_b" if b.vector else "")
+    with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
+        writer.lines(f"pt_put_a(as, ra, tid{va});", f"pt_put_b(bs, rb, tid{vb});",
+                     "__syncthreads();")
+        with writer.block("if (k0 + PT_TK < k_hi)"):
+            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK"),
+                         copy_call(b, "fetch", "rb", "k0 + PT_TK"))
+        emit_compute_tile(writer, plan, "as", "bs")
+        writer.line("__syncthreads();")
+
+
+def _loop_stages(writer: CodeWriter, plan: Plan) -> None:
+    writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
+    writer.line("// pipelining: NUM_STAGES - 1 tiles in flight before the first is used")
+    with writer.unrolled("s", "PT_STAGES - 1"):
+        with writer.block("if (s < tiles)"):
+            _copies(writer, plan, "copy_async", "PT_STAGE(s)", "k_lo + s * PT_TK")
+        writer.line("pt_cp_commit();")
+    with writer.block("for (int t = 0; t < tiles; ++t)"):
+        writer.lines("pt_cp_wait<PT_STAGES - 2>(); // tile t has landed",
+                     "__syncthreads(); // ... for every thread; stage (t - 1) is free again",
+                     "const int ahead = t + PT_STAGES - 1;")
+        with writer.block("if (ahead < tiles)"):
+            _copies(writer, plan, "copy_async", "PT_STAGE(ahead % PT_STAGES)",
+                    "k_lo + ahead * PT_TK")
+        writer.lines("pt_cp_commit();",
+                     "DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
+        emit_compute_tile(writer, plan, "as", "bs")
+
+
+def _split_k_wait(writer: CodeWriter) -> None:
+    writer.lines(
+        "// split-k hand-over: slices of this tile write C one after another, in the order",
+        "// they finished; a slice waits only for slices already running, so it cannot hang.",
+        "__shared__ unsigned pt_ticket;",
+        "const unsigned tile = (unsigned)block_m * gridDim.x + block_n;")
+    with writer.block("if (tid == 0)"):
+        writer.lines(
+            "if (tile >= PT_SPLIT_TABLE) __trap(); // size constraint broken",
+            "const unsigned ticket = atomicAdd(&pt_split_ticket[tile], 1u);",
+            "while (*reinterpret_cast<volatile unsigned *>(&pt_split_turn[tile]) != ticket) "
+            "__nanosleep(64);",
+            "__threadfence();",
+            "pt_ticket = ticket;")
+    writer.lines("__syncthreads();", "const bool first = pt_ticket == 0;")
+
+
+def _split_k_release(writer: CodeWriter) -> None:
+    writer.lines("__threadfence(); // this slice's C writes are visible before the next turn",
+                 "__syncthreads();")
+    with writer.block("if (tid == 0)"):
+        with writer.block("if (pt_ticket == K_SPLITS - 1)"):
+            writer.lines("atomicExch(&pt_split_ticket[tile], 0u); // last slice: reset for the "
+                         "next launch", "atomicExch(&pt_split_turn[tile], 0u);")
+        writer.line("else atomicExch(&pt_split_turn[tile], pt_ticket + 1);")

@@ -1,0 +1,158 @@
+"""The compute and the epilogue: SIMT thread tiles or tensor-core warp tiles.
+
+SIMT: thread (tx, ty) of the PT_THREADS_X x PT_THREADS_Y thread grid owns the outputs
+(PT_ROW(i), PT_COL(j)) of the block tile, i < PT_TRD_Y, j < PT_TRD_X: contiguous
+(ty * PT_TRD_Y + i) or strided (ty + i * PT_THREADS_Y) after thread-chunk. Tensor cores:
+warp w owns a PT_WARP_M x PT_WARP_N tile made of PT_MMA_M x PT_MMA_N m16n8 MMA tiles.
+"""
+
+from __future__ import annotations
+
+from .plan import Plan
+from .writer import CodeWriter
+
+__all__ = ["emit_accumulators", "emit_compute_direct", "emit_compute_tile", "emit_epilogue",
+           "emit_fragment_helpers", "emit_position", "position_macros"]
+
+
+def position_macros(plan: Plan) -> list[str]:
+    if plan.mma:
+        return []
+    if plan.strided:
+        return ["#define PT_ROW(i) (ty + (i) * PT_THREADS_Y) /* thread-chunk: strided */",
+                "#define PT_COL(j) (tx + (j) * PT_THREADS_X)"]
+    return ["#define PT_ROW(i) (ty * PT_TRD_Y + (i)) /* a thread's outputs: contiguous */",
+            "#define PT_COL(j) (tx * PT_TRD_X + (j))"]
+
+
+def emit_position(writer: CodeWriter, plan: Plan) -> None:
+    """tid and the thread's (tx, ty), or its warp's tile origin (wr, wc) and lane."""
+    writer.line("const int tid = threadIdx.y * blockDim.x + threadIdx.x;")
+    if plan.mma:
+        writer.lines("const int warp = tid / 32, lane = tid % 32;",
+                     "const int wr = warp / PT_WARPS_N * PT_WARP_M, "
+                     "wc = warp % PT_WARPS_N * PT_WARP_N; // the warp's tile")
+    elif plan.warp_tile:
+        writer.lines("// warp-tiling: a warp's 32 lanes cover a (32 / WARP_X_DIM) x WARP_X_DIM",
+                     "// patch of the thread grid; warps tile the grid row by row.",
+                     "const int warp = tid / 32, lane = tid % 32;",
+                     "const int tx = warp % (PT_THREADS_X / WARP_X_DIM) * WARP_X_DIM "
+                     "+ lane % WARP_X_DIM;",
+                     "const int ty = warp / (PT_THREADS_X / WARP_X_DIM) * (32 / WARP_X_DIM) "
+                     "+ lane / WARP_X_DIM;")
+    else:
+        writer.line("const int tx = tid % PT_THREADS_X, ty = tid / PT_THREADS_X;")
+
+
+def emit_accumulators(writer: CodeWriter, plan: Plan) -> None:
+    if plan.mma:
+        writer.line("float acc[PT_MMA_M][PT_MMA_N][4];")
+        with writer.unrolled("mi", "PT_MMA_M"), writer.unrolled("ni", "PT_MMA_N"):
+            writer.line("acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;")
+    else:
+        writer.line("ACC acc[PT_TRD_Y][PT_TRD_X];")
+        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
+            writer.line("acc[i][j] = 0;")
+
+
+def _outer_product(writer: CodeWriter, plan: Plan, a: str, b: str) -> None:
+    """acc += a (column) x b (row); `a`/`b` take the loop index i / j."""
+    if plan.thread_cache:
+        writer.line("ACC a[PT_TRD_Y], b[PT_TRD_X]; // thread-cache: fragments in registers")
+        with writer.unrolled("i", "PT_TRD_Y"):
+            writer.line(f"a[i] = (ACC){a};")
+        with writer.unrolled("j", "PT_TRD_X"):
+            writer.line(f"b[j] = (ACC){b};")
+        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
+            writer.line("acc[i][j] += a[i] * b[j];")
+    else:
+        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
+            writer.line(f"acc[i][j] += (ACC){a} * (ACC){b};")
+
+
+def emit_compute_direct(writer: CodeWriter, plan: Plan) -> None:
+    """Operands straight from global memory (no shared tiles)."""
+    writer.lines("// Rows and columns clamped into the matrix: reads stay in bounds, and the",
+                 "// epilogue skips the outputs that lie outside.",
+                 "const DTYPE *a_row[PT_TRD_Y];", "int b_col[PT_TRD_X];")
+    with writer.unrolled("i", "PT_TRD_Y"):
+        writer.line("a_row[i] = A + (size_t)min(bm + PT_ROW(i), M - 1) * K;")
+    with writer.unrolled("j", "PT_TRD_X"):
+        writer.line("b_col[j] = min(bn + PT_COL(j), N - 1);")
+    with writer.block("for (int k = k_lo; k < k_hi; ++k)"):
+        writer.line("const DTYPE *b_row = B + (size_t)k * N;")
+        _outer_product(writer, plan, "a_row[i][k]", "b_row[b_col[j]]")
+
+
+def emit_compute_tile(writer: CodeWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
+    """One shared K tile: PT_TK steps of SIMT outer products, or PT_TK / 16 MMA steps."""
+    if plan.mma:
+        writer.line("#pragma unroll")
+        with writer.block("for (int kk = 0; kk < PT_TK; kk += 16)"):
+            writer.line("unsigned af[PT_MMA_M][4], bf[PT_MMA_N][2];")
+            with writer.unrolled("mi", "PT_MMA_M"):
+                writer.line(f"pt_frag_a(af[mi], {a_tile}, wr + mi * 16, kk, lane);")
+            with writer.unrolled("ni", "PT_MMA_N"):
+                writer.line(f"pt_frag_b(bf[ni], {b_tile}, kk, wc + ni * 8, lane);")
+            with writer.unrolled("mi", "PT_MMA_M"), writer.unrolled("ni", "PT_MMA_N"):
+                writer.line("pt_mma(acc[mi][ni], af[mi], bf[ni]);")
+        return
+    with writer.unrolled("kk", "PT_TK"):
+        _outer_product(writer, plan, f"PT_AS({a_tile}, PT_ROW(i), kk)",
+                       f"PT_BS({b_tile}, kk, PT_COL(j))")
+
+
+def emit_fragment_helpers(writer: CodeWriter, plan: Plan) -> None:
+    """pt_frag_a / pt_frag_b: MMA operand fragments from the shared tiles."""
+    g = "const int g = lane >> 2, t = (lane & 3) * 2; // fragment row group, column pair"
+    writer.line("// The m16k16 A fragment of rows m0.., columns k0.. (PTX ISA layout).")
+    with writer.block("__device__ __forceinline__ void pt_frag_a(unsigned (&a)[4], "
+                      "const DTYPE *s, int m0, int k0, int lane)"):
+        if plan.ldmatrix:
+            if plan.transpose_a:
+                address = ("&PT_AS(s, m0 + ((lane >> 3) & 1) * 8, "
+                           "k0 + (lane >> 4) * 8 + (lane & 7))")
+                call = "pt_ldsm_x4_trans"
+            else:
+                address, call = "&PT_AS(s, m0 + (lane & 15), k0 + (lane >> 4) * 8)", "pt_ldsm_x4"
+            writer.line(f"if constexpr (PT_LDA * sizeof(DTYPE) % 16 == 0) {{ {call}(a, {address}); "
+                        "return; }")
+        writer.line(g)
+        for n, (dr, dc) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+            row, col = f"m0 + g{f' + {dr}' if dr else ''}", f"k0 + t{f' + {dc}' if dc else ''}"
+            writer.line(f"a[{n}] = pt_pack2(PT_AS(s, {row}, {col}), PT_AS(s, {row}, {col} + 1));")
+    writer.line("// The k16n8 B fragment of rows k0.., columns n0...")
+    with writer.block("__device__ __forceinline__ void pt_frag_b(unsigned (&b)[2], "
+                      "const DTYPE *s, int k0, int n0, int lane)"):
+        if plan.ldmatrix:
+            writer.line("if constexpr (PT_LDB * sizeof(DTYPE) % 16 == 0) { "
+                        "pt_ldsm_x2_trans(b, &PT_BS(s, k0 + (lane & 15), n0)); return; }")
+        writer.line(g)
+        writer.line("b[0] = pt_pack2(PT_BS(s, k0 + t, n0 + g), PT_BS(s, k0 + t + 1, n0 + g));")
+        writer.line("b[1] = pt_pack2(PT_BS(s, k0 + t + 8, n0 + g), "
+                    "PT_BS(s, k0 + t + 9, n0 + g));")
+    writer.line("")
+
+
+def _store(plan: Plan) -> str:
+    return "pt_store(C, (size_t)r * N + c, {v}, first);" if plan.split_k else \
+        "C[(size_t)r * N + c] = (DTYPE)({v});"
+
+
+def emit_epilogue(writer: CodeWriter, plan: Plan) -> None:
+    """Each thread writes its outputs that lie inside C."""
+    if plan.mma:
+        writer.line("const int g = lane >> 2, t = (lane & 3) * 2;")
+        with writer.unrolled("mi", "PT_MMA_M"), writer.unrolled("ni", "PT_MMA_N"):
+            with writer.unrolled("h", "2"):
+                writer.line("const int r = bm + wr + mi * 16 + g + h * 8;")
+                with writer.unrolled("q", "2"):
+                    writer.line("const int c = bn + wc + ni * 8 + t + q;")
+                    store = _store(plan).format(v="acc[mi][ni][h * 2 + q]")
+                    writer.line(f"if (r < M && c < N) {store}")
+        return
+    with writer.unrolled("i", "PT_TRD_Y"):
+        writer.line("const int r = bm + PT_ROW(i);")
+        with writer.unrolled("j", "PT_TRD_X"):
+            writer.line("const int c = bn + PT_COL(j);")
+            writer.line(f"if (r < M && c < N) {_store(plan).format(v='acc[i][j]')}")

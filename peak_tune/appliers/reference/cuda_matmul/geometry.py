@@ -1,0 +1,141 @@
+"""Sizes that follow from a plan: tuning macros used, derived PT_* macros, launch geometry.
+
+The same quantities are written twice, once as C macros for the kernel and once as
+peak_tune.expr expressions for KernelContext.launch; both come from the tables here so
+they cannot drift apart. Shared memory is static when the tiles fit in 48 KiB and dynamic
+(extern __shared__, launch shared_bytes) above that (STATIC_SHARED_LIMIT). Launch expressions cannot see the
+element type, so the size is counted in 4-byte elements on the SIMT path (the kernel
+static_asserts that DTYPE is no wider when it uses dynamic memory) and 2-byte ones on the
+tensor-core path (fp16/bf16 only).
+"""
+
+from __future__ import annotations
+
+from .plan import Plan
+
+__all__ = ["STATIC_SHARED_LIMIT", "derived_macros", "launch_of", "macros_used", "smem_unit",
+           "threads_expression"]
+
+# Tiles up to this many bytes are static shared memory: 48 KiB, the most a block may
+# declare statically, less 64 bytes kept for the kernel's other __shared__ variables.
+STATIC_SHARED_LIMIT = 49152 - 64
+
+
+def macros_used(plan: Plan) -> tuple[str, ...]:
+    """The tuning parameters the printed code needs, in a fixed order."""
+    used = ["BLOCK_M", "BLOCK_N"]
+    if plan.shared:
+        used.append("TILE_K_SIZE")
+    if plan.thread_tile:
+        used += ["TRD_Y_DIM", "TRD_X_DIM"]
+    if plan.warp_tile:
+        used.append("WARP_X_DIM")
+    if plan.padded:
+        used.append("OFFSET_AMOUNT")
+    if plan.stages:
+        used.append("NUM_STAGES")
+    if plan.split_k:
+        used.append("K_SPLITS")
+    if plan.swizzle:
+        used.append("SWIZZLE_GROUP")
+    if plan.mma_tiles:
+        used += ["TENSOR_TILE_M", "TENSOR_TILE_N"]
+    if plan.launch_bounds:
+        used.append("MIN_BLOCKS_PER_SM")
+    return tuple(used)
+
+
+def smem_unit(plan: Plan) -> int:
+    """Bytes per shared element assumed by the launch (see the module docstring)."""
+    return 2 if plan.mma else 4
+
+
+def _or(plan_has: bool, macro: str, default: str) -> str:
+    return macro if plan_has else default
+
+
+def derived_macros(plan: Plan) -> list[str]:
+    """#define lines for the PT_* quantities the kernel is written in."""
+    lines = ["#define PT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))",
+             "#define PT_ROUND8(x) (PT_CEIL_DIV(x, 8) * 8)"]
+    if plan.mma:
+        lines += [
+            f"#define PT_MMA_M {_or(plan.mma_tiles, 'TENSOR_TILE_M', '1')}",
+            f"#define PT_MMA_N {_or(plan.mma_tiles, 'TENSOR_TILE_N', '1')}",
+            "#define PT_WARP_M (16 * PT_MMA_M) /* warp tile rows: PT_MMA_M m16 tiles */",
+            "#define PT_WARP_N (8 * PT_MMA_N) /* warp tile columns: PT_MMA_N n8 tiles */",
+            "#define PT_WARPS_M (BLOCK_M / PT_WARP_M)",
+            "#define PT_WARPS_N (BLOCK_N / PT_WARP_N)",
+            "#define PT_THREADS (32 * PT_WARPS_M * PT_WARPS_N)",
+        ]
+    else:
+        lines += [
+            f"#define PT_TRD_Y {_or(plan.thread_tile, 'TRD_Y_DIM', '1')}",
+            f"#define PT_TRD_X {_or(plan.thread_tile, 'TRD_X_DIM', '1')}",
+            "#define PT_THREADS_X (BLOCK_N / PT_TRD_X) /* the thread grid: blockDim.x */",
+            "#define PT_THREADS_Y (BLOCK_M / PT_TRD_Y) /* blockDim.y */",
+            "#define PT_THREADS (PT_THREADS_X * PT_THREADS_Y)",
+        ]
+    if plan.shared:
+        lda = "(BLOCK_M + PT_PAD)" if plan.transpose_a else "(PT_TK + PT_PAD)"
+        rows = "PT_TK" if plan.transpose_a else "BLOCK_M"
+        lines += [
+            "#define PT_TK TILE_K_SIZE",
+            f"#define PT_PAD {_or(plan.padded, 'OFFSET_AMOUNT', '0')}",
+            f"#define PT_LDA {lda} /* row stride of the A tile, "
+            f"{'[k][m]' if plan.transpose_a else '[m][k]'} */",
+            f"#define PT_A_TILE PT_ROUND8({rows} * PT_LDA)",
+            "#define PT_LDB (BLOCK_N + PT_PAD) /* row stride of the B tile, [k][n] */",
+            "#define PT_B_TILE PT_ROUND8(PT_TK * PT_LDB)",
+            f"#define PT_STAGES {_or(plan.stages, 'NUM_STAGES', '1')}",
+            "#define PT_SMEM_ELEMS (PT_STAGES * (PT_A_TILE + PT_B_TILE))",
+            f"#define PT_SMEM_EST_BYTES (PT_SMEM_ELEMS * {smem_unit(plan)})",
+        ]
+    lines.append(f"#define PT_KSTEP {_or(plan.shared, 'PT_TK', '1')}")
+    return lines
+
+
+def threads_expression(plan: Plan) -> str:
+    """Threads per block as a launch/constraint expression."""
+    if plan.mma:
+        m = "(16 * TENSOR_TILE_M)" if plan.mma_tiles else "16"
+        n = "(8 * TENSOR_TILE_N)" if plan.mma_tiles else "8"
+        return f"32 * (BLOCK_M // {m}) * (BLOCK_N // {n})"
+    return f"({_block_y(plan)}) * ({_block_x(plan)})"
+
+
+def _block_x(plan: Plan) -> str:
+    return "BLOCK_N // TRD_X_DIM" if plan.thread_tile else "BLOCK_N"
+
+
+def _block_y(plan: Plan) -> str:
+    return "BLOCK_M // TRD_Y_DIM" if plan.thread_tile else "BLOCK_M"
+
+
+def _smem_elements(plan: Plan) -> str:
+    pad = " + OFFSET_AMOUNT" if plan.padded else ""
+    if plan.transpose_a:
+        a_tile = f"TILE_K_SIZE * (BLOCK_M{pad})"
+    else:
+        a_tile = f"BLOCK_M * (TILE_K_SIZE{pad})"
+    b_tile = f"TILE_K_SIZE * (BLOCK_N{pad})"
+    tiles = f"ceil_div({a_tile}, 8) * 8 + ceil_div({b_tile}, 8) * 8"
+    return f"NUM_STAGES * ({tiles})" if plan.stages else f"({tiles})"
+
+
+def launch_of(plan: Plan) -> dict[str, str]:
+    """KernelContext.launch for the plan (peak_tune.backends._cuda_launch keys)."""
+    launch = {"grid_x": "ceil_div(N, BLOCK_N)", "grid_y": "ceil_div(M, BLOCK_M)"}
+    if plan.split_k:
+        launch["grid_z"] = "K_SPLITS"
+    if plan.mma:
+        launch["block_x"] = threads_expression(plan)
+    else:
+        launch["block_x"] = _block_x(plan)
+        launch["block_y"] = _block_y(plan)
+    if plan.shared:
+        size = f"{_smem_elements(plan)} * {smem_unit(plan)}"
+        launch["shared_bytes"] = f"({size} > {STATIC_SHARED_LIMIT}) * {size}"
+    else:
+        launch["shared_bytes"] = "0"
+    return launch

@@ -1,0 +1,122 @@
+"""The kernel plan: an IR of a block-tiled CUDA matmul, and its JSON form (KernelContext.state).
+
+After `refactor` the kernel always has the same skeleton, and each transformation
+changes one part of it. The plan records, part by part, what the code looks like:
+
+- block position: plain (blockIdx.x over N, .y over M) or grouped (`swizzle`);
+- K range: the whole of K, or one of K_SPLITS slices chosen by blockIdx.z (`split_k`);
+- operands: read from global memory, or staged through shared-memory tiles (`shared`),
+  with A stored transposed, rows padded, 16-byte copies per operand, copies staged in
+  registers or issued with cp.async into NUM_STAGES buffers;
+- compute: SIMT (one output per thread, or a TRD_Y_DIM x TRD_X_DIM thread tile, laid out
+  contiguously or strided, fragments cached in registers, lanes arranged per warp) or
+  tensor cores (mma.sync m16n8k16, one or TENSOR_TILE_M x TENSOR_TILE_N tiles per warp,
+  fragments read per element or with ldmatrix);
+- epilogue: plain stores, or the split-K hand-over between slices;
+- entry: with or without __launch_bounds__.
+
+The seed (one thread per output) has no plan: it is lifted (lift.py) to NAIVE.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from peak_tune.errors import ApplyError
+
+__all__ = ["FORMAT", "NAIVE", "Plan", "dump_plan", "load_plan"]
+
+FORMAT = "peak-tune/reference/cuda-matmul/1"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The parts of the kernel (see the module docstring). Defaults: refactor's kernel."""
+
+    tiled: bool = True  # False only for the lifted naive seed
+    shared: bool = False  # tb-tiling: A and B tiles in shared memory, TILE_K_SIZE deep
+    thread_tile: bool = False  # thread-tiling: TRD_Y_DIM x TRD_X_DIM outputs per thread
+    thread_cache: bool = False  # thread-cache: A/B fragments in registers per k
+    strided: bool = False  # thread-chunk: a thread's outputs strided by the thread grid
+    warp_tile: bool = False  # warp-tiling: lanes of a warp form a WARP_X_DIM-wide patch
+    transpose_a: bool = False  # transpose: the A tile stored k-major in shared memory
+    padded: bool = False  # offset: shared rows padded by OFFSET_AMOUNT elements
+    vector_a: bool = False  # vector-loads: A tile copied in 16-byte pieces
+    vector_b: bool = False  # vector-loads: B tile copied in 16-byte pieces
+    staging: bool = False  # register-staging: next tile fetched to registers during compute
+    stages: bool = False  # pipelining: NUM_STAGES buffers filled with cp.async
+    split_k: bool = False  # split-k: K_SPLITS slices over blockIdx.z, serial hand-over
+    swizzle: bool = False  # block-swizzle: blocks grouped SWIZZLE_GROUP rows at a time
+    mma: bool = False  # tensor-core: warps compute with mma.sync m16n8k16
+    mma_tiles: bool = False  # tensor-tiling: TENSOR_TILE_M x TENSOR_TILE_N MMAs per warp
+    ldmatrix: bool = False  # ldmatrix: MMA fragments loaded with ldmatrix
+    launch_bounds: bool = False  # launch-bounds: __launch_bounds__(threads, MIN_BLOCKS_PER_SM)
+
+    def but(self, **changes: bool) -> Plan:
+        return replace(self, **changes)
+
+
+NAIVE = Plan(tiled=False)
+
+_NAMES = tuple(f.name for f in fields(Plan))
+
+
+def dump_plan(plan: Plan) -> str:
+    """The plan as canonical JSON (sorted keys, no spaces)."""
+    payload: dict[str, Any] = {"format": FORMAT, **asdict(plan)}
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+
+
+def load_plan(text: str) -> Plan:
+    """Parse a state written by dump_plan; ApplyError if it is not one."""
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApplyError(f"reference applier state is not JSON: {exc.msg}") from exc
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ApplyError("reference applier state has another format")
+    flags = {k: v for k, v in payload.items() if k != "format"}
+    if set(flags) != set(_NAMES) or not all(isinstance(v, bool) for v in flags.values()):
+        raise ApplyError("reference applier state is malformed: wrong fields or types")
+    plan = Plan(**flags)
+    if dump_plan(plan) != text:
+        raise ApplyError("reference applier state is not in canonical form")
+    problem = structure_problem(plan)
+    if problem:
+        raise ApplyError(f"reference applier state is not a valid plan: {problem}")
+    return plan
+
+
+_NEEDS: tuple[tuple[str, str], ...] = (
+    ("thread_cache", "thread_tile"),
+    ("strided", "thread_tile"),
+    ("transpose_a", "shared"),
+    ("padded", "shared"),
+    ("vector_a", "shared"),
+    ("vector_b", "shared"),
+    ("staging", "shared"),
+    ("stages", "shared"),
+    ("mma", "shared"),
+    ("mma_tiles", "mma"),
+    ("ldmatrix", "mma"),
+)
+_EXCLUDES: tuple[tuple[str, str], ...] = (
+    ("staging", "stages"),
+    ("mma", "thread_tile"),
+    ("mma", "warp_tile"),
+)
+
+
+def structure_problem(plan: Plan) -> str:
+    """What breaks the plan's invariants, or ""."""
+    if not plan.tiled:
+        return "" if plan == NAIVE else "the naive kernel has no parts to change"
+    for part, needed in _NEEDS:
+        if getattr(plan, part) and not getattr(plan, needed):
+            return f"{part} needs {needed}"
+    for one, other in _EXCLUDES:
+        if getattr(plan, one) and getattr(plan, other):
+            return f"{one} and {other} exclude each other"
+    return ""

@@ -1,0 +1,212 @@
+"""The transformations as functions on the plan, one per transformation id.
+
+Each rule does to the plan what its Markdown text (transforms/cuda/<id>.md) tells an LLM
+to do to the code, and raises InvalidPoint with a one-line reason when the plan does not
+meet its precondition. Ties between a transformation's parameters and earlier ones come
+back as constraints; they are only added where no later legal step can change the
+quantity they bind (the catalog's requires/conflicts fix that order), so they never go
+stale. The threads-per-block limit is a constraint once the thread count is final
+(thread-tiling, tensor-tiling); before that the backend prunes an oversized block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from peak_tune.catalog.types import DeviceProfile
+from peak_tune.errors import ApplyError, InvalidPoint
+
+from .geometry import threads_expression
+from .plan import Plan
+from .snippets import SPLIT_K_TABLE_SIZE
+
+__all__ = ["RULES", "Change", "Rule"]
+
+
+@dataclass(frozen=True)
+class Change:
+    plan: Plan
+    constraints: tuple[str, ...] = ()
+    size_constraints: tuple[str, ...] = ()
+
+
+Rule = Callable[[Plan, DeviceProfile], Change]
+
+
+def _fact(device: DeviceProfile, name: str, default: int) -> int:
+    value = device.facts.get(name, default)
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ApplyError(f"device {device.name!r}: fact {name} = {value!r} is not a count")
+    return value
+
+
+def _threads_limit(plan: Plan, device: DeviceProfile) -> str:
+    return f"{threads_expression(plan)} <= {_fact(device, 'max_threads_per_block', 1024)}"
+
+
+def _tiled(plan: Plan, tid: str) -> None:
+    if not plan.tiled:
+        raise InvalidPoint(f"{tid} needs the block-tile form of refactor")
+
+
+def _shared(plan: Plan, tid: str) -> None:
+    _tiled(plan, tid)
+    if not plan.shared:
+        raise InvalidPoint(f"{tid} needs the shared-memory tiles of tb-tiling")
+
+
+def _once(flag: bool, message: str) -> None:
+    if flag:
+        raise InvalidPoint(message)
+
+
+def refactor(plan: Plan, device: DeviceProfile) -> Change:
+    _once(plan.tiled, "refactor: the kernel is already in block-tile form")
+    return Change(Plan())
+
+
+def tb_tiling(plan: Plan, device: DeviceProfile) -> Change:
+    _tiled(plan, "tb-tiling")
+    _once(plan.shared, "tb-tiling: the operands already go through shared memory")
+    return Change(plan.but(shared=True))
+
+
+def thread_tiling(plan: Plan, device: DeviceProfile) -> Change:
+    _tiled(plan, "thread-tiling")
+    _once(plan.thread_tile, "thread-tiling: threads already compute a tile each")
+    _once(plan.mma, "thread-tiling: the tensor-core kernel has no SIMT thread tiles")
+    _once(plan.warp_tile, "thread-tiling must come before warp-tiling (it changes the "
+                          "thread grid warp-tiling was tied to)")
+    child = plan.but(thread_tile=True)
+    ties = ("BLOCK_M % TRD_Y_DIM == 0", "BLOCK_N % TRD_X_DIM == 0", _threads_limit(child, device))
+    return Change(child, ties)
+
+
+def thread_cache(plan: Plan, device: DeviceProfile) -> Change:
+    if not plan.thread_tile:
+        raise InvalidPoint("thread-cache needs the thread tiles of thread-tiling")
+    _once(plan.thread_cache, "thread-cache: fragments are already cached in registers")
+    return Change(plan.but(thread_cache=True))
+
+
+def thread_chunk(plan: Plan, device: DeviceProfile) -> Change:
+    if not plan.thread_tile:
+        raise InvalidPoint("thread-chunk needs the thread tiles of thread-tiling")
+    _once(plan.strided, "thread-chunk: a thread's outputs are already strided")
+    return Change(plan.but(strided=True))
+
+
+def warp_tiling(plan: Plan, device: DeviceProfile) -> Change:
+    _tiled(plan, "warp-tiling")
+    _once(plan.warp_tile, "warp-tiling: lanes are already arranged per warp")
+    _once(plan.mma, "warp-tiling: the tensor-core kernel arranges its warps itself")
+    warp = _fact(device, "warp_size", 32)
+    if warp != 32:
+        raise ApplyError(f"warp-tiling's reference implementation is for 32-lane warps, "
+                         f"device {device.name!r} has {warp}")
+    x = "(BLOCK_N // TRD_X_DIM)" if plan.thread_tile else "BLOCK_N"
+    y = "(BLOCK_M // TRD_Y_DIM)" if plan.thread_tile else "BLOCK_M"
+    ties = (f"{x} % WARP_X_DIM == 0", f"{y} % (32 // WARP_X_DIM) == 0")
+    return Change(plan.but(warp_tile=True), ties)
+
+
+def transpose(plan: Plan, device: DeviceProfile) -> Change:
+    _shared(plan, "transpose")
+    _once(plan.transpose_a, "transpose: the A tile is already stored transposed")
+    return Change(plan.but(transpose_a=True))
+
+
+def offset(plan: Plan, device: DeviceProfile) -> Change:
+    _shared(plan, "offset")
+    _once(plan.padded, "offset: the shared rows are already padded")
+    return Change(plan.but(padded=True))
+
+
+def vector_loads(plan: Plan, device: DeviceProfile) -> Change:
+    """16-byte copies for each tile whose shared rows follow its global rows."""
+    _shared(plan, "vector-loads")
+    _once(plan.vector_a or plan.vector_b, "vector-loads: the tile copies are already vectorised")
+    return Change(plan.but(vector_a=not plan.transpose_a, vector_b=True))
+
+
+def register_staging(plan: Plan, device: DeviceProfile) -> Change:
+    _shared(plan, "register-staging")
+    _once(plan.staging, "register-staging: the copies are already staged in registers")
+    _once(plan.stages, "register-staging: pipelining already overlaps the copies")
+    return Change(plan.but(staging=True))
+
+
+def pipelining(plan: Plan, device: DeviceProfile) -> Change:
+    _shared(plan, "pipelining")
+    _once(plan.stages, "pipelining: the tiles are already multi-buffered")
+    _once(plan.staging, "pipelining: register-staging already overlaps the copies")
+    return Change(plan.but(stages=True))
+
+
+def split_k(plan: Plan, device: DeviceProfile) -> Change:
+    _tiled(plan, "split-k")
+    _once(plan.split_k, "split-k: K is already split")
+    table = f"ceil_div(M, BLOCK_M) * ceil_div(N, BLOCK_N) <= {SPLIT_K_TABLE_SIZE}"
+    return Change(plan.but(split_k=True), size_constraints=(table,))
+
+
+def block_swizzle(plan: Plan, device: DeviceProfile) -> Change:
+    _tiled(plan, "block-swizzle")
+    _once(plan.swizzle, "block-swizzle: the block order is already grouped")
+    return Change(plan.but(swizzle=True))
+
+
+def tensor_core(plan: Plan, device: DeviceProfile) -> Change:
+    _shared(plan, "tensor-core")
+    _once(plan.mma, "tensor-core: the kernel already uses tensor cores")
+    _once(plan.thread_tile or plan.warp_tile,
+          "tensor-core replaces the SIMT thread and warp tiles; apply it instead of them")
+    ties = ("BLOCK_M % 16 == 0", "BLOCK_N % 8 == 0", "TILE_K_SIZE % 16 == 0")
+    return Change(plan.but(mma=True), ties)
+
+
+def tensor_tiling(plan: Plan, device: DeviceProfile) -> Change:
+    if not plan.mma:
+        raise InvalidPoint("tensor-tiling needs the MMA warp tiles of tensor-core")
+    _once(plan.mma_tiles, "tensor-tiling: warps already own several MMA tiles")
+    child = plan.but(mma_tiles=True)
+    ties = ("BLOCK_M % (16 * TENSOR_TILE_M) == 0", "BLOCK_N % (8 * TENSOR_TILE_N) == 0",
+            _threads_limit(child, device))
+    return Change(child, ties)
+
+
+def ldmatrix(plan: Plan, device: DeviceProfile) -> Change:
+    if not plan.mma:
+        raise InvalidPoint("ldmatrix needs the MMA fragments of tensor-core")
+    _once(plan.ldmatrix, "ldmatrix: fragments are already loaded with ldmatrix")
+    return Change(plan.but(ldmatrix=True))
+
+
+def launch_bounds(plan: Plan, device: DeviceProfile) -> Change:
+    _tiled(plan, "launch-bounds")
+    _once(plan.launch_bounds, "launch-bounds: the kernel already declares its launch bounds")
+    return Change(plan.but(launch_bounds=True))
+
+
+RULES: Mapping[str, Rule] = {
+    "refactor": refactor,
+    "tb-tiling": tb_tiling,
+    "thread-tiling": thread_tiling,
+    "thread-cache": thread_cache,
+    "thread-chunk": thread_chunk,
+    "warp-tiling": warp_tiling,
+    "transpose": transpose,
+    "offset": offset,
+    "register-staging": register_staging,
+    "pipelining": pipelining,
+    "split-k": split_k,
+    "block-swizzle": block_swizzle,
+    "tensor-core": tensor_core,
+    "tensor-tiling": tensor_tiling,
+    "vector-loads": vector_loads,
+    "launch-bounds": launch_bounds,
+    "ldmatrix": ldmatrix,
+}
