@@ -17,14 +17,14 @@ import ctypes
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from peak_tune.backends._wire import Timing
 from peak_tune.backends._worker import serve, spec_from_wire
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, UserError
@@ -43,7 +43,6 @@ _C_TYPES: dict[str, type[ctypes._SimpleCData[Any]]] = {
     "float32": ctypes.c_float,
     "float64": ctypes.c_double,
 }
-_MIN_REPEATS = 3
 _FLUSH_MIN_BYTES = 8 << 20
 _FLUSH_MAX_BYTES = 256 << 20
 _INT_LIMIT = 2**31
@@ -53,20 +52,6 @@ _libraries: dict[str, ctypes.CDLL] = {}
 _flusher: _CacheFlusher | None = None
 
 Call = Callable[[], None]
-
-
-@dataclass(frozen=True)
-class _Timing:
-    warmup: int
-    repeats: int
-    max_timing_s: float
-    slow_cutoff_ms: float
-    seed: int
-
-    @classmethod
-    def of(cls, config: Mapping[str, Any]) -> _Timing:
-        return cls(int(config["warmup"]), int(config["repeats"]), float(config["max_timing_s"]),
-                   float(config["slow_cutoff_ms"]), int(config["validation_seed"]))
 
 
 class _CacheFlusher:
@@ -131,23 +116,13 @@ def _bind_kernel(
     return bind
 
 
-def _repeat_count(one_run_s: float, timing: _Timing) -> int:
-    """config.repeats, or fewer (at least 3) when they would take over max_timing_s;
-    a single run for a kernel slower than slow_cutoff_ms (when set)."""
-    if 0 < timing.slow_cutoff_ms < one_run_s * 1e3:
-        return 1
-    if one_run_s * timing.repeats <= timing.max_timing_s or timing.repeats <= _MIN_REPEATS:
-        return timing.repeats
-    return max(_MIN_REPEATS, int(timing.max_timing_s / max(one_run_s, 1e-9)))
-
-
 def _timed_ns(call: Call) -> int:
     start = time.perf_counter_ns()
     call()
     return time.perf_counter_ns() - start
 
 
-def _time_runs(call: Call, problem: Problem, timing: _Timing,
+def _time_runs(call: Call, problem: Problem, timing: Timing,
                estimate_s: float | None) -> list[float]:
     """Samples in milliseconds; outputs poisoned and caches flushed before each run.
 
@@ -159,7 +134,7 @@ def _time_runs(call: Call, problem: Problem, timing: _Timing,
         problem.poison_outputs()
         estimate_s = _timed_ns(call) / 1e9
     samples_ms: list[float] = []
-    target = timing.repeats if estimate_s is None else _repeat_count(estimate_s, timing)
+    target = timing.repeats if estimate_s is None else timing.repeat_count(estimate_s * 1e3)
     while len(samples_ms) < target:
         problem.poison_outputs()
         flusher.flush()
@@ -167,7 +142,7 @@ def _time_runs(call: Call, problem: Problem, timing: _Timing,
         samples_ms.append(elapsed_ns / 1e6)
         if estimate_s is None:
             estimate_s = elapsed_ns / 1e9
-            target = _repeat_count(estimate_s, timing)
+            target = timing.repeat_count(estimate_s * 1e3)
     return samples_ms
 
 
@@ -191,7 +166,7 @@ def _validate(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int,
 
 def _validate_then_time(
     spec: KernelSpec, dtype: str, size: ProblemSize, seed: int,
-    bind: Callable[[Problem], Call], timing: _Timing, estimate_s: float | None = None,
+    bind: Callable[[Problem], Call], timing: Timing, estimate_s: float | None = None,
 ) -> list[float]:
     """Time at `size` on fresh inputs, then check the last timed run's output.
 
@@ -208,7 +183,7 @@ def _evaluate(request: dict[str, Any]) -> dict[str, Any]:
     spec = spec_from_wire(request["spec"])
     dtype = str(request["dtype"])
     size = ProblemSize.of(request["size"])
-    timing = _Timing.of(request["config"])
+    timing = Timing.of(request["config"])
     bind = _bind_kernel(request["library"], request["entry"], spec, dtype)
     seed = timing.seed
     for check in [ProblemSize.of(s) for s in request["check_sizes"]]:
@@ -264,7 +239,7 @@ def _vendor(request: dict[str, Any]) -> dict[str, Any]:
     spec = spec_from_wire(request["spec"])
     dtype = str(request["dtype"])
     size = ProblemSize.of(request["size"])
-    timing = _Timing.of(request["config"])
+    timing = Timing.of(request["config"])
 
     def bind(problem: Problem) -> Call:
         return _vendor_call(spec, problem)

@@ -13,12 +13,13 @@ the last timed run's output is checked. Kernels and cuBLAS go through the same c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from peak_tune.backends._wire import Timing
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, KernelCrash, UserError
 from peak_tune.validation import (
@@ -29,40 +30,14 @@ from peak_tune.validation import (
     make_problem,
 )
 
-__all__ = ["Binder", "Call", "DeviceFault", "DeviceProblem", "Timing", "cupy_module",
+__all__ = ["Binder", "Call", "DeviceFault", "DeviceProblem", "cupy_module",
            "device_errors", "guarded", "in_stream", "state", "time_then_check", "validate"]
 
 _POISON_BYTE = 0xFF  # 0xFF..FF is a NaN in float16, float32 and float64
 _INT_LIMIT = 2**31
 _MIN_FLUSH_BYTES = 8 << 20
-_MIN_REPEATS = 3
 
 Call = Callable[[], None]
-
-
-@dataclass(frozen=True)
-class Timing:
-    """EvalConfig's timing fields as they travel to the worker (cuda._config_wire)."""
-
-    warmup: int
-    repeats: int
-    max_timing_s: float
-    slow_cutoff_ms: float
-    seed: int
-
-    @classmethod
-    def of(cls, config: Mapping[str, Any]) -> Timing:
-        return cls(int(config["warmup"]), int(config["repeats"]), float(config["max_timing_s"]),
-                   float(config["slow_cutoff_ms"]), int(config["validation_seed"]))
-
-    def repeat_count(self, one_run_ms: float) -> int:
-        """`repeats`, or fewer (at least 3) when they would take over max_timing_s; a
-        single run for a kernel slower than slow_cutoff_ms (when set)."""
-        if 0 < self.slow_cutoff_ms < one_run_ms:
-            return 1
-        if one_run_ms * self.repeats <= self.max_timing_s * 1e3 or self.repeats <= _MIN_REPEATS:
-            return self.repeats
-        return max(_MIN_REPEATS, int(self.max_timing_s * 1e3 / max(one_run_ms, 1e-6)))
 
 
 class DeviceFault(KernelCrash):

@@ -27,7 +27,6 @@ from peak_tune.backends._cuda_device import (
     Call,
     DeviceFault,
     DeviceProblem,
-    Timing,
     cupy_module,
     device_errors,
     in_stream,
@@ -36,6 +35,7 @@ from peak_tune.backends._cuda_device import (
     validate,
 )
 from peak_tune.backends._cuda_launch import evaluate_launch, geometry_fits
+from peak_tune.backends._wire import Timing
 from peak_tune.backends._worker import serve, spec_from_wire
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, UserError, WrongResult

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from peak_tune.backends._wire import config_to_wire, macro_flags, measurement_from_reply
 from peak_tune.backends._worker import WorkerProcess, spec_to_wire
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
 from peak_tune.errors import BackendUnavailable, CompileError, UserError, WrongResult
-from peak_tune.expr import evaluate
 from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
 
 __all__ = ["CBackend", "COMPILE_TIMEOUT_S", "FLAGS", "HARNESS_VERSION"]
@@ -126,7 +126,7 @@ class CBackend:
         if dtype not in _C_TYPES:
             raise UserError(f"the C backend supports dtypes {', '.join(_C_TYPES)}, "
                             f"not {dtype!r}")
-        defines = [f"-DDTYPE={_C_TYPES[dtype]}", *_macro_flags(params)]
+        defines = [f"-DDTYPE={_C_TYPES[dtype]}", *macro_flags(params, reserved=("DTYPE",))]
         key = stable_hash({
             "context": context.content_hash(),
             "params": sorted((k, int(v)) for k, v in params.items()),
@@ -170,10 +170,10 @@ class CBackend:
             "dtype": request.dtype,
             "size": request.size.as_dict(),
             "check_sizes": [s.as_dict() for s in checks],
-            "config": _config_wire(request.config),
+            "config": config_to_wire(request.config),
         }
         reply = self._call(message, request.config.timeout_s, artifact.path)
-        measurement = _measurement(request.spec, request.size, reply)
+        measurement = measurement_from_reply(request.spec, request.size, reply)
         self._reject_impossible_speed(request.spec, request.dtype, request.size, measurement)
         return measurement
 
@@ -186,10 +186,10 @@ class CBackend:
             "spec": spec_to_wire(spec),
             "dtype": dtype,
             "size": size.as_dict(),
-            "config": _config_wire(config),
+            "config": config_to_wire(config),
         }
         reply = self._call(message, config.timeout_s, None)
-        return str(reply["name"]), _measurement(spec, size, reply)
+        return str(reply["name"]), measurement_from_reply(spec, size, reply)
 
     def close(self) -> None:
         self._worker.stop()
@@ -215,33 +215,6 @@ class CBackend:
             raise WrongResult(
                 f"impossible speed at {size_label(spec, size)}: {measurement.gflops:.1f} "
                 f"GFLOP/s is above {_SPEED_MARGIN:g} x the device peak ({peak:g} GFLOP/s)")
-
-
-def _config_wire(config: EvalConfig) -> dict[str, Any]:
-    return {
-        "warmup": config.warmup,
-        "repeats": config.repeats,
-        "max_timing_s": config.max_timing_s,
-        "slow_cutoff_ms": config.slow_cutoff_ms,
-        "validation_seed": config.validation_seed,
-    }
-
-
-def _measurement(spec: KernelSpec, size: ProblemSize, reply: Mapping[str, Any]) -> Measurement:
-    flops = float(evaluate(spec.flops, size.as_dict()))
-    return Measurement(tuple(float(s) for s in reply["samples_ms"]), flops)
-
-
-def _macro_flags(params: Mapping[str, int]) -> list[str]:
-    flags = []
-    for name, value in sorted(params.items()):
-        if not _MACRO_NAME.match(name) or name == "DTYPE":
-            raise CompileError(f"compile error: {name!r} cannot be a tuning parameter name")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise CompileError(f"compile error: tuning parameter {name} = {value!r} "
-                               "is not an integer")
-        flags.append(f"-D{name}={value}")
-    return flags
 
 
 def _run_compiler(command: list[str]) -> str:

@@ -39,13 +39,13 @@ from peak_tune.backends._nvrtc import (
     nvrtc_version,
     ptxas_resources,
 )
+from peak_tune.backends._wire import config_to_wire, macro_flags, measurement_from_reply
 from peak_tune.backends._worker import WorkerProcess, _child_env, spec_to_wire
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
 from peak_tune.errors import (
     BackendUnavailable,
-    CompileError,
     KernelCrash,
     KernelTimeout,
     UserError,
@@ -159,7 +159,7 @@ class CudaBackend:
         check_launch(context.launch, None)
         element, accumulator = _CUDA_TYPES[dtype]
         options = [*FLAGS, f"-arch={self._arch()}", f"-DDTYPE={element}",
-                   f"-DACC={accumulator}", *_macro_flags(params)]
+                   f"-DACC={accumulator}", *macro_flags(params, _RESERVED_MACROS)]
         version = nvrtc_version()
         key = stable_hash({"context": context.content_hash(), "options": options,
                            "params": sorted(params.items()), "nvrtc": version})
@@ -201,7 +201,7 @@ class CudaBackend:
         self._device_info()
         message = self._request(artifact, request, request.size)
         reply = self._call(message, request.config.timeout_s)
-        measurement = _measurement(request.spec, request.size, reply)
+        measurement = measurement_from_reply(request.spec, request.size, reply)
         self._reject_impossible_speed(request.spec, request.dtype, request.size, measurement)
         return measurement
 
@@ -222,7 +222,7 @@ class CudaBackend:
             "size": size.as_dict(),
             "check_sizes": [s.as_dict() for s in
                             applicable_sizes(context, params, request.check_sizes)],
-            "config": _config_wire(request.config),
+            "config": config_to_wire(request.config),
         }
 
     def time_vendor(
@@ -231,9 +231,9 @@ class CudaBackend:
         """cuBLAS (matmul), checked and timed like a variant, in the same worker."""
         self._device_info()
         message = {"op": "vendor", "spec": spec_to_wire(spec), "dtype": dtype,
-                   "size": size.as_dict(), "config": _config_wire(config)}
+                   "size": size.as_dict(), "config": config_to_wire(config)}
         reply = self._call(message, config.timeout_s)
-        return str(reply["name"]), _measurement(spec, size, reply)
+        return str(reply["name"]), measurement_from_reply(spec, size, reply)
 
     def close(self) -> None:
         self._worker.stop()
@@ -338,33 +338,6 @@ def _compile_with_report(
     resources = {**ptxas_resources(found.log, context.entry),
                  **cubin_resources(found.cubin, context.entry)}
     return found, resources
-
-
-def _config_wire(config: EvalConfig) -> dict[str, Any]:
-    return {
-        "warmup": config.warmup,
-        "repeats": config.repeats,
-        "max_timing_s": config.max_timing_s,
-        "slow_cutoff_ms": config.slow_cutoff_ms,
-        "validation_seed": config.validation_seed,
-    }
-
-
-def _measurement(spec: KernelSpec, size: ProblemSize, reply: Mapping[str, Any]) -> Measurement:
-    flops = float(evaluate(spec.flops, size.as_dict()))
-    return Measurement(tuple(float(s) for s in reply["samples_ms"]), flops)
-
-
-def _macro_flags(params: Mapping[str, int]) -> list[str]:
-    flags = []
-    for name, value in sorted(params.items()):
-        if not _MACRO_NAME.match(name) or name in _RESERVED_MACROS:
-            raise CompileError(f"compile error: {name!r} cannot be a tuning parameter name")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise CompileError(f"compile error: tuning parameter {name} = {value!r} "
-                               "is not an integer")
-        flags.append(f"-D{name}={value}")
-    return flags
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
