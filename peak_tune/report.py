@@ -57,7 +57,7 @@ class ProgressView:
 
 def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str]]:
     states: Counter[str] = Counter()
-    outcomes: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter({label: 0 for label in _STATUS_LABELS.values()})
     for t in study.get_trials(deepcopy=False):
         states[t.state.name] += 1
         status = t.user_attrs.get("status")
@@ -125,8 +125,7 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     trials = data["trials"]
     table.add_row("trials", f"{trials['total']} ({trials['complete']} complete, "
                   f"{trials['pruned']} pruned, {trials['failed']} failed)")
-    table.add_row("by outcome", ", ".join(f"{k} {v}" for k, v in sorted(
-        trials["by_outcome"].items())))
+    table.add_row("by outcome", ", ".join(f"{k} {v}" for k, v in trials["by_outcome"].items()))
     cache = data["cache"]
     table.add_row("cache", f"{cache['hits']} hits, {cache['misses']} misses, "
                   f"{cache['compiles']} compiles")
