@@ -125,6 +125,10 @@ class Cache:
         self._count(data is not None)
         return outcome_from_json(data, cached=True) if data else None
 
+    def has_evaluation(self, key: str) -> bool:
+        """Whether an evaluation is stored (not counted as a hit or a miss)."""
+        return self._path("evaluations", key).is_file()
+
     def put_evaluation(self, key: str, outcome: Outcome) -> None:
         self._write("evaluations", key, outcome_to_json(outcome))
 

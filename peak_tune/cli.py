@@ -72,6 +72,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         "search, and the cache makes the repeat free")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per evaluation")
     p.add_argument("--repeats", type=int, default=7, help="timed runs per evaluation")
+    p.add_argument("--compile-workers", type=int, default=0, metavar="N",
+                   help="variants built in parallel while one is timed (default: 1 for the "
+                        "C backend, one per core for GPU backends)")
     p.add_argument("--sanitize", action="store_true",
                    help="run compute-sanitizer (memcheck, racecheck) on the winners (cuda)")
     p.add_argument("--json", action="store_true",
@@ -123,7 +126,7 @@ def _tune(args: argparse.Namespace) -> int:
         sequence=tuple(s for s in (args.sequence or "").split(",") if s),
         only=tuple(s for s in (args.transforms or "").split(",") if s),
         replay=Path(args.replay) if args.replay else None,
-        step_values=args.step_values,
+        step_values=args.step_values, compile_workers=args.compile_workers,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),
     )
     started = time.perf_counter()

@@ -7,11 +7,13 @@ values. A repeat of anything already done costs no applier call, no compile, no 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from peak_tune.appliers.base import Applier
-from peak_tune.backends.base import Backend, EvalConfig, EvalRequest
+from peak_tune.backends.base import Artifact, Backend, EvalConfig, EvalRequest
 from peak_tune.cache import Cache, application_key, evaluation_key
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import (
@@ -93,6 +95,7 @@ class Pipeline:
         self.seed = seed_context(setup.spec, backend.name)
         self.cache.put_context(self.seed)
         self._fingerprint = dict(backend.fingerprint())
+        self._lock = threading.Lock()
         spec = setup.spec
         self._spec_identity = stable_hash(
             [spec.reference, spec.error_scale, dict(spec.tolerances), spec.flops,
@@ -149,31 +152,61 @@ class Pipeline:
     def flops(self, size: ProblemSize) -> float:
         return float(evaluate_int(self.setup.spec.flops, size.as_dict()))
 
+    def compile(self, context: KernelContext, params: Mapping[str, int]) -> Artifact:
+        """Build the variant (thread-safe, so builds can run ahead of the timing).
+
+        Raises CompileError, or InvalidPoint for resources the device lacks."""
+        values = {p.name: params[p.name] for p in context.params}
+        artifact = self.backend.compile(context, values, self.setup.dtype,
+                                        str(self.cache.builds))
+        if not artifact.reused:
+            with self._lock:
+                self.cache.counters.compiles += 1
+        return artifact
+
+    def cached(self, context: KernelContext, params: Mapping[str, int],
+               size: ProblemSize) -> Outcome | None:
+        """The outcome without running anything: invalid, or from the cache; else None."""
+        try:
+            self.check_point(context, params, size)
+        except InvalidPoint as exc:
+            return Outcome(Status.INVALID, message=str(exc))
+        return self.cache.get_evaluation(self._key(context, params, size))
+
+    def must_run(self, context: KernelContext, params: Mapping[str, int],
+                 size: ProblemSize) -> bool:
+        """Whether evaluating this point needs a build and a run (no cache counting)."""
+        try:
+            self.check_point(context, params, size)
+        except InvalidPoint:
+            return False
+        return not self.cache.has_evaluation(self._key(context, params, size))
+
     def evaluate(
         self,
         context: KernelContext,
         params: Mapping[str, int],
         size: ProblemSize,
         slow_cutoff_ms: float = 0.0,
+        artifact: Future[Artifact] | None = None,
     ) -> Outcome:
         """Validate and time one variant at one size with its parameter values.
 
         A kernel slower than `slow_cutoff_ms` on its first run is timed only once.
+        `artifact` is a build already started (see `compile`); else it is built here.
         """
-        try:
-            self.check_point(context, params, size)
-        except InvalidPoint as exc:
-            return Outcome(Status.INVALID, message=str(exc))
-        key = evaluation_key(
+        known = self.cached(context, params, size)
+        if known is not None:
+            return known
+        outcome = self._evaluate_uncached(context, params, size, slow_cutoff_ms, artifact)
+        self.cache.put_evaluation(self._key(context, params, size), outcome)
+        return outcome
+
+    def _key(self, context: KernelContext, params: Mapping[str, int], size: ProblemSize) -> str:
+        return evaluation_key(
             context.content_hash(), params, size.as_dict(), self.setup.dtype,
             self._fingerprint, self._spec_identity,
         )
-        cached = self.cache.get_evaluation(key)
-        if cached is not None:
-            return cached
-        outcome = self._evaluate_uncached(context, params, size, slow_cutoff_ms)
-        self.cache.put_evaluation(key, outcome)
-        return outcome
 
     def check_point(
         self, context: KernelContext, params: Mapping[str, int], size: ProblemSize
@@ -202,16 +235,13 @@ class Pipeline:
         params: Mapping[str, int],
         size: ProblemSize,
         slow_cutoff_ms: float,
+        artifact: Future[Artifact] | None,
     ) -> Outcome:
         values = {p.name: params[p.name] for p in context.params}
         try:
-            artifact = self.backend.compile(
-                context, values, self.setup.dtype, str(self.cache.builds)
-            )
-            if not artifact.reused:
-                self.cache.counters.compiles += 1
+            built = artifact.result() if artifact else self.compile(context, values)
             request = self.request(context, values, size, slow_cutoff_ms)
-            measurement = self.backend.evaluate(artifact, request)
+            measurement = self.backend.evaluate(built, request)
         except InvalidPoint as exc:  # resources (threads, shared memory) the device lacks
             return Outcome(Status.INVALID, message=str(exc))
         except EvaluationError as exc:

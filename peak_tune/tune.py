@@ -12,6 +12,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,10 @@ import optuna
 
 from peak_tune.appliers import make_applier
 from peak_tune.backends import BACKENDS, make_backend
-from peak_tune.backends.base import Backend, EvalConfig
+from peak_tune.backends.base import Artifact, Backend, EvalConfig
 from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
-from peak_tune.core import Measurement, Outcome, ProblemSize, Status
+from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Status
 from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
 from peak_tune.pipeline import Pipeline, PipelineSetup
 from peak_tune.search.samplers import is_multi_objective, make_sampler
@@ -61,7 +62,21 @@ class TuneConfig:
     replay: Path | None = None  # answer evaluations from this recording (ReplayBackend)
     max_steps: int = 12
     step_values: bool = False
+    compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
     eval_config: EvalConfig = field(default_factory=EvalConfig)
+
+
+@dataclass
+class _Started:
+    """A trial asked for and prepared, waiting to be timed."""
+
+    trial: optuna.Trial
+    started: float
+    sequence: list[str] = field(default_factory=list)
+    chain: list[KernelContext] = field(default_factory=list)
+    params: dict[str, int] = field(default_factory=dict)
+    early: tuple[Status, str] | None = None  # decided without running anything
+    build: Future[Artifact] | None = None
 
 
 @dataclass(frozen=True)
@@ -242,22 +257,38 @@ class TuneSession:
 
     def run(self, trials: int, on_trial: Callable[[TrialRecord], None],
             should_stop: Callable[[], bool] = lambda: False) -> None:
-        """Run up to `trials` trials; `should_stop` is asked before each one."""
-        for _ in range(trials):
-            if should_stop():
-                return
-            on_trial(self.run_one())
+        """Run up to `trials` trials; `should_stop` is asked before each batch.
 
-    def run_one(self) -> TrialRecord:
-        trial = self.study.ask()
-        started = time.perf_counter()
-        try:
-            record = self._run_trial(trial, started)
-            self._tell(trial, record)
-        except BaseException:
-            self._fail_unfinished(trial)
-            raise
-        return record
+        Trials go in batches of `compile_workers`: all of a batch are asked for (TPE's
+        constant liar keeps them apart) and built in parallel, then timed one by one,
+        so the device never times two kernels at once and never waits for a compiler.
+        """
+        done = 0
+        with ThreadPoolExecutor(max_workers=self.compile_workers) as pool:
+            while done < trials and not should_stop():
+                batch: list[_Started] = []
+                try:
+                    for _ in range(min(self.compile_workers, trials - done)):
+                        trial = self.study.ask()
+                        batch.append(_Started(trial, time.perf_counter()))
+                        self._start(batch[-1], pool)
+                    for item in batch:
+                        record = self._finish(item)
+                        self._tell(item.trial, record)
+                        done += 1
+                        on_trial(record)
+                except BaseException:
+                    for item in batch:
+                        self._fail_unfinished(item.trial)
+                    raise
+
+    @property
+    def compile_workers(self) -> int:
+        """Builds at once: 1 for the C backend (a compiler beside a CPU timing would
+        disturb it), else one per host core."""
+        if self.config.compile_workers > 0:
+            return self.config.compile_workers
+        return 1 if self.backend.name == "c" else max(1, os.cpu_count() or 1)
 
     def _fail_unfinished(self, trial: optuna.Trial) -> None:
         """Mark an interrupted trial failed, so the study holds no RUNNING trial."""
@@ -265,41 +296,52 @@ class TuneSession:
             trial.set_user_attr("status", "interrupted")
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
-    def _run_trial(self, trial: optuna.Trial, started: float) -> TrialRecord:
-        def ended(status: Status, message: str = "", **kw: Any) -> TrialRecord:
-            return TrialRecord(trial.number, status, tuple(sequence), kw.get("params", {}),
-                               kw.get("gflops", 0.0), message, kw.get("cached", False),
-                               time.perf_counter() - started)
-
-        sequence: list[str] = []
+    def _start(self, item: _Started, pool: ThreadPoolExecutor) -> None:
+        """Choose the sequence and values, apply, and start the build if one is needed."""
         try:
-            sequence = self.encoding.suggest(trial)
-            chain = self.pipeline.build(sequence)
+            item.sequence = self.encoding.suggest(item.trial)
+            item.chain = self.pipeline.build(item.sequence)
         except InvalidPoint as exc:
-            return ended(Status.INVALID, str(exc))
+            item.early = (Status.INVALID, str(exc))
+            return
         except ApplyError as exc:
-            return ended(Status.APPLY_ERROR, str(exc))
-        variant = chain[-1]
-        params = suggest_params(trial, variant)
-        trial.set_user_attr("context_hash", variant.content_hash())
-        outcomes = [self._evaluate(variant, params, size) for size in self.sizes]
+            item.early = (Status.APPLY_ERROR, str(exc))
+            return
+        variant = item.chain[-1]
+        item.params = suggest_params(item.trial, variant)
+        item.trial.set_user_attr("context_hash", variant.content_hash())
+        if any(self.pipeline.must_run(variant, item.params, size) for size in self.sizes):
+            item.build = pool.submit(self.pipeline.compile, variant, item.params)
+
+    def _finish(self, item: _Started) -> TrialRecord:
+        def ended(status: Status, message: str = "", gflops: float = 0.0,
+                  cached: bool = False) -> TrialRecord:
+            return TrialRecord(item.trial.number, status, tuple(item.sequence), item.params,
+                               gflops, message, cached, time.perf_counter() - item.started)
+
+        if item.early:
+            return ended(*item.early)
+        variant = item.chain[-1]
+        outcomes = [self._evaluate(variant, item.params, size, item.build)
+                    for size in self.sizes]
         failed = next((o for o in outcomes if o.status is not Status.OK), None)
         if failed:
-            return ended(failed.status, failed.message, params=params, cached=failed.cached)
+            return ended(failed.status, failed.message, cached=failed.cached)
         if self.config.step_values:
-            self._report_steps(trial, chain, params)
-        gflops = geometric_mean([o.gflops for o in outcomes])
-        trial.set_user_attr("gflops", {s.label(): o.gflops for s, o in zip(
+            self._report_steps(item.trial, item.chain, item.params)
+        item.trial.set_user_attr("gflops", {s.label(): o.gflops for s, o in zip(
             self.sizes, outcomes, strict=True)})
-        trial.set_user_attr("spread", max(o.measurement.spread for o in outcomes
-                                          if o.measurement))
-        return ended(Status.OK, params=params, gflops=gflops,
+        item.trial.set_user_attr("spread", max(o.measurement.spread for o in outcomes
+                                               if o.measurement))
+        return ended(Status.OK, gflops=geometric_mean([o.gflops for o in outcomes]),
                      cached=all(o.cached for o in outcomes))
 
-    def _evaluate(self, variant: Any, params: dict[str, int], size: ProblemSize) -> Outcome:
+    def _evaluate(self, variant: KernelContext, params: dict[str, int], size: ProblemSize,
+                  build: Future[Artifact] | None = None) -> Outcome:
         best = self.best_median_ms(size)
         cutoff = 20 * best if best else 0.0
-        return self.pipeline.evaluate(variant, params, size, slow_cutoff_ms=cutoff)
+        return self.pipeline.evaluate(variant, params, size, slow_cutoff_ms=cutoff,
+                                      artifact=build)
 
     def best_median_ms(self, size: ProblemSize) -> float | None:
         flops = self.pipeline.flops(size)

@@ -141,3 +141,10 @@ def test_missing_point_in_recording_is_an_error(tmp_path):
     with pytest.raises(Exception, match="has no outcome"):
         s.run(20, lambda record: None)
     assert optuna.trial.TrialState.RUNNING not in {t.state for t in s.study.trials}
+
+
+def test_parallel_builds_keep_every_trial_accounted_for(tmp_path):
+    s = run(tmp_path, 23, seed=10, compile_workers=4)
+    assert len(s.study.trials) == 23
+    assert optuna.trial.TrialState.RUNNING not in {t.state for t in s.study.trials}
+    assert len(set(points(s))) > 15  # the constant liar keeps a batch's trials apart

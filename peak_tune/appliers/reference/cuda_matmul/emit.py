@@ -15,6 +15,8 @@ from .emit_compute import (
     emit_epilogue,
     emit_fragment_helpers,
     emit_position,
+    emit_split_k_release,
+    emit_split_k_wait,
     position_macros,
 )
 from .emit_copy import copy_call, emit_copy_helpers, operands
@@ -42,17 +44,20 @@ def emit_source(plan: Plan, entry: str) -> str:
             emit_compute_direct(writer, plan)
         else:
             _shared_memory(writer, plan)
-            if plan.staging:
-                _loop_staged(writer, plan)
-            elif plan.stages:
-                _loop_stages(writer, plan)
+            if plan.vector_a or plan.vector_b:
+                writer.lines("// vector-loads: the K loop twice, with and without 16-byte "
+                             "copies, so", "// that each copy keeps only the addressing it uses")
+                with writer.block("if (vec)"):
+                    _k_loop(writer, plan, "true")
+                with writer.block("else"):
+                    _k_loop(writer, plan, "false")
             else:
-                _loop_single(writer, plan)
+                _k_loop(writer, plan, "")
         if plan.split_k:
-            _split_k_wait(writer)
+            emit_split_k_wait(writer)
         emit_epilogue(writer, plan)
         if plan.split_k:
-            _split_k_release(writer)
+            emit_split_k_release(writer)
     return writer.text()
 
 
@@ -152,50 +157,64 @@ def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
         '"the tiles exceed the static shared memory for this element type");\n'
         "#endif")
     writer.line("#define PT_STAGE(s) (pt_smem + (s) * (PT_A_TILE + PT_B_TILE))")
+    aligned = []
     if plan.vector_a:
-        writer.line("const bool vec_a = K % PT_VEC == 0 && (unsigned long long)A % 16 == 0;")
+        aligned.append("K % PT_VEC == 0 && (unsigned long long)A % 16 == 0")
     if plan.vector_b:
-        writer.line("const bool vec_b = N % PT_VEC == 0 && (unsigned long long)B % 16 == 0;")
+        aligned.append("N % PT_VEC == 0 && (unsigned long long)B % 16 == 0")
+    if aligned:
+        writer.line(f"const bool vec = {' && '.join(aligned)}; // 16-byte aligned rows")
 
 
-def _copies(writer: CodeWriter, plan: Plan, function: str, target: str, k0: str) -> None:
+def _k_loop(writer: CodeWriter, plan: Plan, vec: str) -> None:
+    if plan.staging:
+        _loop_staged(writer, plan, vec)
+    elif plan.stages:
+        _loop_stages(writer, plan, vec)
+    else:
+        _loop_single(writer, plan, vec)
+
+
+def _copies(writer: CodeWriter, plan: Plan, function: str, target: str, k0: str,
+            vec: str) -> None:
     a, b = operands(plan)
-    writer.line(copy_call(a, function, target, k0))
-    writer.line(copy_call(b, function, f"{target} + PT_A_TILE", k0))
+    writer.line(copy_call(a, function, target, k0, vec))
+    writer.line(copy_call(b, function, f"{target} + PT_A_TILE", k0, vec))
 
 
-def _loop_single(writer: CodeWriter, plan: Plan) -> None:
+def _loop_single(writer: CodeWriter, plan: Plan, vec: str) -> None:
     writer.line("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;")
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
-        _copies(writer, plan, "copy", "as", "k0")
+        _copies(writer, plan, "copy", "as", "k0", vec)
         writer.line("__syncthreads();")
         emit_compute_tile(writer, plan, "as", "bs")
         writer.line("__syncthreads();")
 
 
-def _loop_staged(writer: CodeWriter, plan: Plan) -> None:
+def _loop_staged(writer: CodeWriter, plan: Plan, vec: str) -> None:
     writer.lines("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;",
                  "DTYPE ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
     a, b = operands(plan)
     with writer.block("if (k_lo < k_hi)"):
-        writer.lines(copy_call(a, "fetch", "ra", "k_lo"), copy_call(b, "fetch", "rb", "k_lo"))
-    va, vb = (", vec_a" if a.vector else ""), (", vec_b" if b.vector else "")
+        writer.lines(copy_call(a, "fetch", "ra", "k_lo", vec),
+                     copy_call(b, "fetch", "rb", "k_lo", vec))
+    va, vb = (f", {vec}" if a.vector else ""), (f", {vec}" if b.vector else "")
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
         writer.lines(f"pt_put_a(as, ra, tid{va});", f"pt_put_b(bs, rb, tid{vb});",
                      "__syncthreads();")
         with writer.block("if (k0 + PT_TK < k_hi)"):
-            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK"),
-                         copy_call(b, "fetch", "rb", "k0 + PT_TK"))
+            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec),
+                         copy_call(b, "fetch", "rb", "k0 + PT_TK", vec))
         emit_compute_tile(writer, plan, "as", "bs")
         writer.line("__syncthreads();")
 
 
-def _loop_stages(writer: CodeWriter, plan: Plan) -> None:
+def _loop_stages(writer: CodeWriter, plan: Plan, vec: str) -> None:
     writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
     writer.line("// pipelining: NUM_STAGES - 1 tiles in flight before the first is used")
     with writer.unrolled("s", "PT_STAGES - 1"):
         with writer.block("if (s < tiles)"):
-            _copies(writer, plan, "copy_async", "PT_STAGE(s)", "k_lo + s * PT_TK")
+            _copies(writer, plan, "copy_async", "PT_STAGE(s)", "k_lo + s * PT_TK", vec)
         writer.line("pt_cp_commit();")
     with writer.block("for (int t = 0; t < tiles; ++t)"):
         writer.lines("pt_cp_wait<PT_STAGES - 2>(); // tile t has landed",
@@ -203,34 +222,7 @@ def _loop_stages(writer: CodeWriter, plan: Plan) -> None:
                      "const int ahead = t + PT_STAGES - 1;")
         with writer.block("if (ahead < tiles)"):
             _copies(writer, plan, "copy_async", "PT_STAGE(ahead % PT_STAGES)",
-                    "k_lo + ahead * PT_TK")
+                    "k_lo + ahead * PT_TK", vec)
         writer.lines("pt_cp_commit();",
                      "DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
         emit_compute_tile(writer, plan, "as", "bs")
-
-
-def _split_k_wait(writer: CodeWriter) -> None:
-    writer.lines(
-        "// split-k hand-over: slices of this tile write C one after another, in the order",
-        "// they finished; a slice waits only for slices already running, so it cannot hang.",
-        "__shared__ unsigned pt_ticket;",
-        "const unsigned tile = (unsigned)block_m * gridDim.x + block_n;")
-    with writer.block("if (tid == 0)"):
-        writer.lines(
-            "if (tile >= PT_SPLIT_TABLE) __trap(); // size constraint broken",
-            "const unsigned ticket = atomicAdd(&pt_split_ticket[tile], 1u);",
-            "while (*reinterpret_cast<volatile unsigned *>(&pt_split_turn[tile]) != ticket) "
-            "__nanosleep(64);",
-            "__threadfence();",
-            "pt_ticket = ticket;")
-    writer.lines("__syncthreads();", "const bool first = pt_ticket == 0;")
-
-
-def _split_k_release(writer: CodeWriter) -> None:
-    writer.lines("__threadfence(); // this slice's C writes are visible before the next turn",
-                 "__syncthreads();")
-    with writer.block("if (tid == 0)"):
-        with writer.block("if (pt_ticket == K_SPLITS - 1)"):
-            writer.lines("atomicExch(&pt_split_ticket[tile], 0u); // last slice: reset for the "
-                         "next launch", "atomicExch(&pt_split_turn[tile], 0u);")
-        writer.line("else atomicExch(&pt_split_turn[tile], pt_ticket + 1);")

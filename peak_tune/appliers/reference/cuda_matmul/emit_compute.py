@@ -12,7 +12,8 @@ from .plan import Plan
 from .writer import CodeWriter
 
 __all__ = ["emit_accumulators", "emit_compute_direct", "emit_compute_tile", "emit_epilogue",
-           "emit_fragment_helpers", "emit_position", "position_macros"]
+           "emit_fragment_helpers", "emit_position", "emit_split_k_release", "emit_split_k_wait",
+           "position_macros"]
 
 
 def position_macros(plan: Plan) -> list[str]:
@@ -156,3 +157,30 @@ def emit_epilogue(writer: CodeWriter, plan: Plan) -> None:
         with writer.unrolled("j", "PT_TRD_X"):
             writer.line("const int c = bn + PT_COL(j);")
             writer.line(f"if (r < M && c < N) {_store(plan).format(v='acc[i][j]')}")
+
+
+def emit_split_k_wait(writer: CodeWriter) -> None:
+    writer.lines(
+        "// split-k hand-over: slices of this tile write C one after another, in the order",
+        "// they finished; a slice waits only for slices already running, so it cannot hang.",
+        "__shared__ unsigned pt_ticket;",
+        "const unsigned tile = (unsigned)block_m * gridDim.x + block_n;")
+    with writer.block("if (tid == 0)"):
+        writer.lines(
+            "if (tile >= PT_SPLIT_TABLE) __trap(); // size constraint broken",
+            "const unsigned ticket = atomicAdd(&pt_split_ticket[tile], 1u);",
+            "while (*reinterpret_cast<volatile unsigned *>(&pt_split_turn[tile]) != ticket) "
+            "__nanosleep(64);",
+            "__threadfence();",
+            "pt_ticket = ticket;")
+    writer.lines("__syncthreads();", "const bool first = pt_ticket == 0;")
+
+
+def emit_split_k_release(writer: CodeWriter) -> None:
+    writer.lines("__threadfence(); // this slice's C writes are visible before the next turn",
+                 "__syncthreads();")
+    with writer.block("if (tid == 0)"):
+        with writer.block("if (pt_ticket == K_SPLITS - 1)"):
+            writer.lines("atomicExch(&pt_split_ticket[tile], 0u); // last slice: reset for the "
+                         "next launch", "atomicExch(&pt_split_turn[tile], 0u);")
+        writer.line("else atomicExch(&pt_split_turn[tile], pt_ticket + 1);")

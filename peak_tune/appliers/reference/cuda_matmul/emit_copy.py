@@ -43,20 +43,21 @@ def operands(plan: Plan) -> tuple[Operand, Operand]:
     return a, b
 
 
-def copy_call(op: Operand, function: str, target: str, k0: str) -> str:
-    """The call of pt_<function>_<op> for the tile at k0 (kernel variables in scope)."""
+def copy_call(op: Operand, function: str, target: str, k0: str, vec: str) -> str:
+    """The call of pt_<function>_<op> for the tile at k0 (kernel variables in scope);
+    `vec` is the 16-byte flag's value ("true" / "false") for a vectorised operand."""
     if op.name == "a":
         where = f"A, K, bm, M, {k0}, k_hi"
     else:
         where = f"B, N, {k0}, k_hi, bn, N"
-    vec = f", vec_{op.name}" if op.vector else ""
-    return f"pt_{function}_{op.name}({target}, {where}, tid{vec});"
+    flag = f", {vec}" if op.vector else ""
+    return f"pt_{function}_{op.name}({target}, {where}, tid{flag});"
 
 
 def emit_copy_helpers(writer: CodeWriter, plan: Plan) -> None:
     layout_a = "s[(k) * PT_LDA + (m)]" if plan.transpose_a else "s[(m) * PT_LDA + (k)]"
-    writer.lines(f"#define PT_AS(s, m, k) {layout_a}", "#define PT_BS(s, k, n) s[(k) * PT_LDB + (n)]",
-                 "#define PT_ZERO DTYPE(0.0f)")
+    writer.lines(f"#define PT_AS(s, m, k) {layout_a}",
+                 "#define PT_BS(s, k, n) s[(k) * PT_LDB + (n)]", "#define PT_ZERO DTYPE(0.0f)")
     if plan.vector_a or plan.vector_b:
         writer.lines("#define PT_VEC (16 / (int)sizeof(DTYPE)) /* elements per 16 bytes */",
                      'static_assert(PT_TK % PT_VEC == 0 && BLOCK_N % PT_VEC == 0, '

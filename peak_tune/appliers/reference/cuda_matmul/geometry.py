@@ -2,11 +2,11 @@
 
 The same quantities are written twice, once as C macros for the kernel and once as
 peak_tune.expr expressions for KernelContext.launch; both come from the tables here so
-they cannot drift apart. Shared memory is static when the tiles fit in 48 KiB and dynamic
-(extern __shared__, launch shared_bytes) above that (STATIC_SHARED_LIMIT). Launch expressions cannot see the
-element type, so the size is counted in 4-byte elements on the SIMT path (the kernel
-static_asserts that DTYPE is no wider when it uses dynamic memory) and 2-byte ones on the
-tensor-core path (fp16/bf16 only).
+they cannot drift apart. Shared memory is static when the tiles fit in 48 KiB (less a
+little, STATIC_SHARED_LIMIT) and dynamic (extern __shared__, launch shared_bytes) above
+that. Launch expressions cannot see the element type, so the size is counted in 4-byte
+elements on the SIMT path (the kernel static_asserts that DTYPE is no wider when it uses
+dynamic memory) and 2-byte ones on the tensor-core path (fp16/bf16 only).
 """
 
 from __future__ import annotations

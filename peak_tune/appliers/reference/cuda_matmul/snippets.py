@@ -27,7 +27,8 @@ __device__ __forceinline__ void pt_cp_async(void *dst, const void *src, bool val
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
     const int n = valid ? BYTES : 0;
     if constexpr (BYTES == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n" :: "r"(s), "l"(src), "r"(n));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n"
+                     :: "r"(s), "l"(src), "r"(n));
     else
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\\n"
                      :: "r"(s), "l"(src), "n"(BYTES), "r"(n));
