@@ -1,0 +1,109 @@
+"""H200 benchmark: the search (no hand-picked sequence) against cuBLAS, with the paper's
+sequences and an autotuned Triton matmul as comparison rows, all in one run.
+
+Per (dtype, size): a search study, then each paper sequence as a fixed-sequence study
+(only its parameters tuned); each study's best and cuBLAS are timed by the same harness
+in the same worker. Triton and cuBLAS (torch) are timed side by side with
+triton.testing.do_bench; only ratios within one timer are reported.
+
+    python benchmarks/cuda_matmul.py --trials 300 --paper-trials 60 --results /tmp/r
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from peak_tune.report import summary
+from peak_tune.tune import TuneConfig, open_session
+
+PAPER = Path(__file__).with_name("paper_sequences.toml")
+
+
+def _driver() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                               "--format=csv,noheader"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
+              sequence: tuple[str, ...] = ()) -> dict[str, Any]:
+    config = TuneConfig(device="h200", dtype=dtype, sizes=({"M": n, "N": n, "K": n},),
+                        results=results, sequence=sequence, seed=0)
+    started = time.perf_counter()
+    session = open_session(config)
+    try:
+        session.measure_vendor()
+        deadline = started + seconds
+        session.run(trials, lambda record: None, lambda: time.perf_counter() > deadline)
+    finally:
+        session.close()
+    data = summary(session, time.perf_counter() - started)
+    data["trials_per_second"] = data["trials"]["total"] / max(data["seconds"], 1e-9)
+    return data
+
+
+def triton_row(dtype: str, n: int) -> dict[str, Any]:
+    """Triton's matmul tutorial kernel autotuned over 8 configurations vs torch cuBLAS."""
+    try:
+        from triton_matmul import matmul_ratio  # type: ignore[import-not-found]
+    except ImportError as exc:
+        return {"error": f"triton unavailable: {exc}"}
+    return dict(matmul_ratio(dtype, n))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=300)
+    parser.add_argument("--paper-trials", type=int, default=40)
+    parser.add_argument("--seconds", type=float, default=120, help="time box per search")
+    parser.add_argument("--configs", default="float32:4096,float16:4096,float32:8192,"
+                                              "float16:8192")
+    parser.add_argument("--results", default="results-bench")
+    parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
+                                                      "cuda_matmul.json"))
+    args = parser.parse_args()
+    paper = tomllib.loads(PAPER.read_text()) if PAPER.exists() else {}
+    rows = []
+    for config in args.configs.split(","):
+        dtype, n = config.split(":")
+        row: dict[str, Any] = {"dtype": dtype, "n": int(n)}
+        row["search"] = study_row(dtype, int(n), args.trials, Path(args.results),
+                                  args.seconds)
+        row["paper"] = {
+            name: study_row(dtype, int(n), args.paper_trials, Path(args.results),
+                            args.seconds / 2, tuple(seq["sequence"]))
+            for name, seq in paper.items() if seq["dtype"] == dtype}
+        row["triton"] = triton_row(dtype, int(n))
+        rows.append(row)
+        Path(args.out).write_text(json.dumps({"rows": rows}, indent=1))
+    record = {"benchmark": "cuda_matmul", "date": time.strftime("%Y-%m-%d"),
+              "device": _driver(), "command": "python benchmarks/cuda_matmul.py "
+              f"--trials {args.trials} --paper-trials {args.paper_trials} "
+              f"--seconds {args.seconds} --configs {args.configs}", "rows": rows}
+    Path(args.out).write_text(json.dumps(record, indent=1))
+    print(f"wrote {args.out}")
+    print(f"{'dtype':<8} {'n':>5} {'search/cuBLAS':>13} {'trials':>6} {'trials/s':>8} "
+          f"{'paper/cuBLAS':>24} {'triton/cuBLAS':>13}  best sequence")
+    for r in rows:
+        s = r["search"]
+        paper_ratios = ", ".join(f"{k} {v['ratio']:.3f}" for k, v in r["paper"].items()
+                                 if v.get("ratio"))
+        triton = r["triton"].get("ratio")
+        print(f"{r['dtype']:<8} {r['n']:>5} {s['ratio'] or 0:>13.3f} "
+              f"{s['trials']['total']:>6} {s['trials_per_second']:>8.2f} "
+              f"{paper_ratios or '-':>24} {triton if triton is not None else '-':>13}  "
+              f"{' > '.join(s['best']['sequence'])}")
+
+
+if __name__ == "__main__":
+    main()
