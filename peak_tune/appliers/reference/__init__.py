@@ -17,9 +17,10 @@ from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError, InvalidPoint
 
 from .c_matmul import CMatmul
+from .change import ReferenceChange
 from .cuda_matmul import CudaMatmul
 
-__all__ = ["IMPLEMENTATIONS", "ReferenceApplier", "ReferenceKernel"]
+__all__ = ["IMPLEMENTATIONS", "ReferenceApplier", "ReferenceChange", "ReferenceKernel"]
 
 IDENTITY = "reference/1"
 
@@ -31,8 +32,8 @@ class ReferenceKernel(Protocol):
 
     def apply(
         self, context: KernelContext, transformation: Transformation, device: DeviceProfile
-    ) -> tuple[str, str, tuple[str, ...]]:
-        """(child source, child state, extra constraints); InvalidPoint when illegal."""
+    ) -> ReferenceChange:
+        """What the child differs in; InvalidPoint when illegal."""
         ...
 
 
@@ -79,9 +80,11 @@ class ReferenceApplier:
                 f"for {key[0]}/{key[1]}"
             )
         check_sequence(context, transformation)
-        source, state, constraints = implementation.apply(context, transformation, device)
+        change = implementation.apply(context, transformation, device)
         return derive_child(
-            context, transformation, IDENTITY, source=source, state=state, constraints=constraints
+            context, transformation, IDENTITY, source=change.source, state=change.state,
+            constraints=change.constraints, size_constraints=change.size_constraints,
+            launch=None if change.launch is None else dict(change.launch),
         )
 
 

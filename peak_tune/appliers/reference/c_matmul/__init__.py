@@ -7,6 +7,7 @@ from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError
 
+from ..change import ReferenceChange
 from .emit import emit_source, macros_used
 from .ir import Nest, dump_nest, load_nest
 from .lift import lift_seed
@@ -44,8 +45,8 @@ class CMatmul:
 
     def apply(
         self, context: KernelContext, transformation: Transformation, device: DeviceProfile
-    ) -> tuple[str, str, tuple[str, ...]]:
-        """(source, state, extra constraints) of the child; InvalidPoint if illegal."""
+    ) -> ReferenceChange:
+        """What the child differs in (code, state, ties); InvalidPoint if illegal."""
         tid = transformation.id
         rule = RULES.get(tid)
         if rule is None:
@@ -58,4 +59,5 @@ class CMatmul:
                 f"{tid}: the reference implementation uses parameter(s) {', '.join(missing)} "
                 "that neither it nor an earlier transformation declares"
             )
-        return emit_source(change.nest, context.entry), dump_nest(change.nest), change.constraints
+        return ReferenceChange(emit_source(change.nest, context.entry), dump_nest(change.nest),
+                               change.constraints)

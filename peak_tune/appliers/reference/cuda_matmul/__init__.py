@@ -3,23 +3,18 @@ plan (plan.py) as each transformation's text says, print it back as CUDA C++ tog
 with its launch geometry.
 
 Unlike the C kernel, a CUDA child also changes KernelContext.launch (grid, block,
-dynamic shared memory) and may declare size constraints. `CudaMatmul.derive` returns
-all of it (a CudaChange); `apply_transformation` builds the child context from it with
-derive_child. The registry's ReferenceKernel protocol (reference/__init__.py) returns
-source, state and constraints only, so `CudaMatmul.apply` refuses (ApplyError) any
-change it could not carry instead of dropping the launch silently.
+dynamic shared memory) and may declare size constraints: `CudaMatmul.apply` returns all
+of it as a ReferenceChange, which the reference applier turns into the child context.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from peak_tune.appliers.base import derive_child
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError
 
+from ..change import ReferenceChange
 from .emit import emit_source
 from .geometry import launch_of, macros_used
 from .lift import lift_seed
@@ -33,15 +28,7 @@ IDENTITY = "reference/1"  # the reference applier's identity (reference/__init__
 _FOREIGN = "reference applier can only continue from the seed or its own variants"
 
 
-@dataclass(frozen=True)
-class CudaChange:
-    """Everything a CUDA child differs in: code, state, ties, size limits, geometry."""
-
-    source: str
-    state: str
-    constraints: tuple[str, ...] = ()
-    size_constraints: tuple[str, ...] = ()
-    launch: Mapping[str, str] = field(default_factory=dict)
+CudaChange = ReferenceChange  # the name the tests know
 
 
 def plan_of(context: KernelContext) -> Plan:
@@ -72,7 +59,7 @@ class CudaMatmul:
 
     def derive(
         self, context: KernelContext, transformation: Transformation, device: DeviceProfile
-    ) -> CudaChange:
+    ) -> ReferenceChange:
         """The child's code, state, constraints and launch; InvalidPoint if illegal."""
         tid = transformation.id
         rule = RULES.get(tid)
@@ -85,7 +72,7 @@ class CudaMatmul:
             raise ApplyError(
                 f"{tid}: the reference implementation uses parameter(s) {', '.join(missing)} "
                 "that neither it nor an earlier transformation declares")
-        return CudaChange(
+        return ReferenceChange(
             source=emit_source(change.plan, context.entry),
             state=dump_plan(change.plan),
             constraints=change.constraints,
@@ -95,19 +82,9 @@ class CudaMatmul:
 
     def apply(
         self, context: KernelContext, transformation: Transformation, device: DeviceProfile
-    ) -> tuple[str, str, tuple[str, ...]]:
-        """The ReferenceKernel protocol: (source, state, constraints) of the child.
-
-        ApplyError when the child also needs a new launch geometry or size constraints,
-        which that protocol cannot carry (see the module docstring).
-        """
-        change = self.derive(context, transformation, device)
-        if dict(change.launch) != dict(context.launch) or change.size_constraints:
-            raise ApplyError(
-                f"{transformation.id}: the CUDA child changes the launch geometry or size "
-                "constraints, which ReferenceKernel.apply cannot return; the reference "
-                "applier must take CudaMatmul.derive's CudaChange")
-        return change.source, change.state, change.constraints
+    ) -> ReferenceChange:
+        """The ReferenceKernel protocol (the registry's entry point)."""
+        return self.derive(context, transformation, device)
 
 
 def apply_transformation(
@@ -124,5 +101,5 @@ def apply_transformation(
     return derive_child(
         context, transformation, IDENTITY, source=change.source, state=change.state,
         constraints=change.constraints, size_constraints=change.size_constraints,
-        launch=dict(change.launch),
+        launch=dict(change.launch or {}),
     )

@@ -1,0 +1,346 @@
+"""The reference applier on the CUDA matmul: real transformations, real NVRTC builds.
+
+Every transformation applies after a minimal legal prefix; sequences in several orders,
+the paper's fp32 sequence and an fp16 tensor-core sequence build with NVRTC for sm_80
+and sm_90 at each parameter's first and last values (nudged until the constraints and
+the launch limits hold). Without NVRTC (pip wheels, see tests/backends/test_cuda_compile)
+the build tests skip with the reason. Correctness on a GPU: benchmarks/cuda_reference_check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from peak_tune.appliers.reference import ReferenceApplier
+from peak_tune.appliers.reference.cuda_matmul import (
+    CudaMatmul,
+    apply_transformation,
+    plan_of,
+)
+from peak_tune.backends._cuda_launch import check_launch, evaluate_launch
+from peak_tune.backends._nvrtc import nvrtc_version
+from peak_tune.backends.cuda import CudaBackend
+from peak_tune.catalog.loaders import load_device, load_spec, load_transformations
+from peak_tune.catalog.types import DeviceProfile, Transformation
+from peak_tune.core import KernelContext
+from peak_tune.errors import ApplyError, BackendUnavailable, CompileError, InvalidPoint
+from peak_tune.expr import evaluate_bool
+from peak_tune.pipeline import seed_context
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVICES = ROOT / "backends" / "devices"
+PAPER_FP32 = ("refactor", "tb-tiling", "thread-tiling", "thread-cache", "warp-tiling",
+              "transpose", "offset", "vector-loads", "pipelining", "block-swizzle")
+TENSOR_FP16 = ("refactor", "tb-tiling", "tensor-core", "tensor-tiling", "offset",
+               "vector-loads", "ldmatrix", "pipelining", "block-swizzle", "launch-bounds")
+ORDERS = (  # the same or overlapping steps in different legal orders
+    ("refactor", "split-k", "block-swizzle", "tb-tiling", "register-staging", "thread-tiling",
+     "thread-chunk", "thread-cache"),
+    ("refactor", "thread-tiling", "thread-cache", "tb-tiling", "vector-loads", "transpose",
+     "register-staging", "split-k"),
+    ("refactor", "tb-tiling", "transpose", "vector-loads", "pipelining", "thread-tiling",
+     "thread-chunk", "warp-tiling", "launch-bounds"),
+    ("refactor", "warp-tiling", "tb-tiling", "offset", "pipelining", "split-k"),
+    ("refactor", "tb-tiling", "transpose", "tensor-core", "ldmatrix", "register-staging",
+     "split-k", "vector-loads"),
+    ("refactor", "block-swizzle", "tb-tiling", "pipelining", "tensor-core", "vector-loads",
+     "tensor-tiling", "offset"),
+)
+TENSOR_STEPS = {"tensor-core", "tensor-tiling", "ldmatrix"}
+SIZES = {"M": 512, "N": 512, "K": 512}
+
+
+def _nvrtc_missing() -> str | None:
+    try:
+        nvrtc_version()
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None
+
+
+needs_nvrtc = pytest.mark.skipif(_nvrtc_missing() is not None,
+                                 reason=f"NVRTC not available: {_nvrtc_missing()}")
+
+
+@pytest.fixture(scope="module")
+def catalog() -> dict[str, Transformation]:
+    found = load_transformations([ROOT / "transforms"])
+    return {tid: t for tid, t in found.items() if "cuda" in t.backends}
+
+
+@pytest.fixture(scope="module")
+def h200() -> DeviceProfile:
+    return load_device(DEVICES / "h200.toml")
+
+
+@pytest.fixture(scope="module")
+def seed() -> KernelContext:
+    return seed_context(load_spec(ROOT / "seeds" / "matmul"), "cuda")
+
+
+def build(seed: KernelContext, sequence: Sequence[str], catalog: Mapping[str, Transformation],
+          device: DeviceProfile) -> KernelContext:
+    context = seed
+    for tid in sequence:
+        context = apply_transformation(context, catalog[tid], device)
+    return context
+
+
+def minimal_prefix(tid: str, catalog: Mapping[str, Transformation]) -> list[str]:
+    prefix: list[str] = []
+    for required in catalog[tid].requires:
+        for step in minimal_prefix(required, catalog) + [required]:
+            if step not in prefix:
+                prefix.append(step)
+    return prefix
+
+
+def _violations(context: KernelContext, values: Mapping[str, int], shared_kib: float) -> float:
+    """0 for a legal point; grows with the number of broken constraints and with how far
+    the block exceeds the thread and shared-memory limits (so single steps can improve)."""
+    broken = float(sum(not evaluate_bool(c, values) for c in context.constraints))
+    try:
+        shape = evaluate_launch(context.launch, {**SIZES, **values})
+    except InvalidPoint:
+        return broken + 100.0
+    threads, shared = shape.threads / 1024, shape.shared_bytes / (shared_kib * 1024 - 64)
+    return broken + max(0.0, math.log2(threads)) + max(0.0, math.log2(max(shared, 1e-9)))
+
+
+def tuning_point(context: KernelContext, end: int, device: DeviceProfile) -> dict[str, int]:
+    """Each parameter's first (end 0) or last (end -1) value, then nudged one parameter at
+    a time toward the other end until every constraint and launch limit holds."""
+    shared_kib = float(device.facts["shared_memory_per_block_kib"])
+    values = {p.name: p.values[end] for p in context.params}
+    for _ in range(4):
+        if _violations(context, values, shared_kib) == 0:
+            return values
+        for p in reversed(context.params):
+            order = list(p.values) if end == 0 else list(reversed(p.values))
+            best = min(order, key=lambda v: _violations(context, {**values, p.name: v},
+                                                        shared_kib))
+            values[p.name] = best
+    assert _violations(context, values, shared_kib) == 0, f"no legal point near {values}"
+    return values
+
+
+def dtypes_of(context: KernelContext) -> tuple[str, ...]:
+    return ("float16",) if TENSOR_STEPS & set(context.applied) else ("float32", "float16")
+
+
+_BUILT: set[tuple[str, str, str, str]] = set()
+
+
+def assert_builds(context: KernelContext, tmp_path: Path) -> None:
+    """NVRTC builds for sm_80 and sm_90 at the first and last values, per dtype."""
+    for device in ("a100", "h200"):
+        profile = load_device(DEVICES / f"{device}.toml")
+        backend = CudaBackend(profile)
+        for end in (0, -1):
+            values = tuning_point(context, end, profile)
+            for dtype in dtypes_of(context):
+                key = (context.content_hash(), repr(sorted(values.items())), dtype, device)
+                if key in _BUILT:
+                    continue
+                artifact = backend.compile(context, values, dtype, str(tmp_path))
+                assert artifact.resources.get("registers", 0) > 0
+                _BUILT.add(key)
+
+
+# ---------------------------------------------------------------- the catalog
+
+
+def test_catalog_is_fully_implemented_and_registered(catalog):
+    assert len(catalog) >= 14
+    applier = ReferenceApplier()
+    for tid, transformation in catalog.items():
+        assert CudaMatmul().implements(tid), tid
+        assert applier.implements("cuda", "matmul", tid), tid
+        assert transformation.backends == ("cuda",)
+        assert transformation.passes[0].region in ("macros", "device")
+
+
+def test_texts_use_only_device_facts_every_cuda_profile_has(catalog):
+    profiles = [load_device(path) for path in sorted(DEVICES.glob("*.toml"))]
+    facts = set.intersection(*(set(p.facts) for p in profiles if p.backend == "cuda"))
+    for tid, transformation in catalog.items():
+        for step in transformation.passes:
+            names = set(re.findall(r"\{([^{}]*)\}", step.text))
+            assert names <= facts, f"{tid}: unknown placeholders {names - facts}"
+            assert not re.search(r"[{}]", re.sub(r"\{\w+\}", "", step.text)), tid
+
+
+def test_launch_passes_match_the_transformations_that_change_the_geometry(catalog, seed, h200):
+    for tid in catalog:
+        parent = build(seed, minimal_prefix(tid, catalog), catalog, h200)
+        child = apply_transformation(parent, catalog[tid], h200)
+        has_launch_pass = any(p.region == "launch" for p in catalog[tid].passes)
+        assert has_launch_pass == (child.launch != parent.launch), tid
+
+
+# ---------------------------------------------------------------- each step
+
+
+@pytest.mark.parametrize("tid", [p.stem for p in sorted((ROOT / "transforms" / "cuda").glob(
+    "*.md"))])
+def test_each_transformation_applies_after_its_prefix(tid, catalog, seed, h200):
+    parent = build(seed, minimal_prefix(tid, catalog), catalog, h200)
+    child = apply_transformation(parent, catalog[tid], h200)
+    assert child.applied == parent.applied + (tid,)
+    assert child.source != parent.source
+    assert child.lineage is not None and child.lineage.parent_hash == parent.content_hash()
+    assert {p.name for p in catalog[tid].params} <= {p.name for p in child.params}
+    names = set(SIZES) | {p.name for p in child.params}
+    check_launch(child.launch, names)
+    for macro in (p.name for p in child.params):
+        assert f"#ifndef {macro}" in child.source, macro
+    assert plan_of(child) is not None  # the state reloads and reprints to the same source
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("tid", [p.stem for p in sorted((ROOT / "transforms" / "cuda").glob(
+    "*.md"))])
+def test_each_transformation_builds_with_nvrtc(tid, catalog, seed, h200, tmp_path):
+    context = build(seed, minimal_prefix(tid, catalog) + [tid], catalog, h200)
+    assert_builds(context, tmp_path)
+
+
+def test_refactor_sets_a_block_tile_geometry(catalog, seed, h200):
+    child = apply_transformation(seed, catalog["refactor"], h200)
+    shape = evaluate_launch(child.launch, {"M": 67, "N": 53, "K": 97, "BLOCK_M": 32,
+                                           "BLOCK_N": 16})
+    assert shape.grid == (4, 3, 1) and shape.block == (16, 32, 1) and shape.shared_bytes == 0
+
+
+def test_paper_fp32_geometry_and_constraints(catalog, seed, h200):
+    context = build(seed, PAPER_FP32, catalog, h200)
+    values = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 16, "TRD_Y_DIM": 8, "TRD_X_DIM": 8,
+              "WARP_X_DIM": 4, "OFFSET_AMOUNT": 4, "NUM_STAGES": 3, "SWIZZLE_GROUP": 8}
+    assert all(evaluate_bool(c, values) for c in context.constraints)
+    shape = evaluate_launch(context.launch, {**values, "M": 4096, "N": 4096, "K": 4096})
+    assert shape.block == (16, 16, 1) and shape.grid == (32, 32, 1)
+    assert shape.shared_bytes == 3 * (16 * 132 + 16 * 132) * 4  # dynamic: over 48 KiB
+    assert "(BLOCK_M // TRD_Y_DIM) * (BLOCK_N // TRD_X_DIM) <= 1024" in context.constraints
+    assert not evaluate_bool("(BLOCK_N // TRD_X_DIM) % WARP_X_DIM == 0",
+                             {**values, "WARP_X_DIM": 32})
+    small = {**values, "NUM_STAGES": 2, "BLOCK_M": 64}
+    assert evaluate_launch(context.launch, {**small, "M": 64, "N": 64, "K": 64}
+                           ).shared_bytes == 0  # fits static shared memory
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("sequence", [PAPER_FP32, TENSOR_FP16, *ORDERS],
+                         ids=lambda s: "+".join(s))
+def test_sequences_build_with_nvrtc(sequence, catalog, seed, h200, tmp_path):
+    assert_builds(build(seed, sequence, catalog, h200), tmp_path)
+
+
+@needs_nvrtc
+def test_tensor_core_fails_to_build_for_fp32_with_a_clear_message(catalog, seed, h200, tmp_path):
+    context = build(seed, ("refactor", "tb-tiling", "tensor-core"), catalog, h200)
+    with pytest.raises(CompileError) as caught:
+        CudaBackend(h200).compile(context, tuning_point(context, 0, h200), "float32",
+                                  str(tmp_path))
+    assert "tensor-core needs DTYPE __half or __nv_bfloat16" in caught.value.detail
+
+
+# ---------------------------------------------------------------- order, determinism
+
+
+def test_two_orders_give_different_source(catalog, seed, h200):
+    prefix = ("refactor", "tb-tiling")
+    first = build(seed, prefix + ("transpose", "vector-loads"), catalog, h200)
+    second = build(seed, prefix + ("vector-loads", "transpose"), catalog, h200)
+    assert first.source != second.source
+    # vectorised after the transpose, A's copy stays element-wise; before it, A keeps
+    # its 16-byte global loads and scatters them into the transposed tile
+    assert "pt_copy_a(as, A, K, bm, M, k0, k_hi, tid);" in first.source
+    assert "pt_copy_a(as, A, K, bm, M, k0, k_hi, tid, true);" in second.source
+
+
+def test_commuting_steps_give_the_same_kernel(catalog, seed, h200):
+    one = build(seed, ("refactor", "split-k", "block-swizzle"), catalog, h200)
+    other = build(seed, ("refactor", "block-swizzle", "split-k"), catalog, h200)
+    assert one.source == other.source and one.launch == other.launch
+
+
+def test_application_is_deterministic(catalog, seed, h200):
+    one = build(seed, TENSOR_FP16, catalog, h200)
+    two = build(seed, TENSOR_FP16, catalog, h200)
+    assert one.content_hash() == two.content_hash() and one.state == two.state
+
+
+# ---------------------------------------------------------------- illegal picks, foreign input
+
+
+@pytest.mark.parametrize(
+    ("sequence", "message"),
+    [
+        (("tb-tiling",), "requires refactor"),
+        (("refactor", "refactor"), "already applied"),
+        (("refactor", "warp-tiling", "thread-tiling"), "conflicts with warp-tiling"),
+        (("refactor", "tb-tiling", "thread-tiling", "tensor-core"), "conflicts with thread-tiling"),
+        (("refactor", "tb-tiling", "register-staging", "pipelining"), "conflicts with register"),
+        (("refactor", "tensor-tiling"), "requires tensor-core"),
+    ],
+)
+def test_illegal_sequences_raise_invalid_point(sequence, message, catalog, seed, h200):
+    with pytest.raises(InvalidPoint, match=message):
+        build(seed, sequence, catalog, h200)
+
+
+def test_rules_check_their_preconditions_on_the_kernel(catalog, seed, h200):
+    """Without the catalog's requires/conflicts, the rule itself refuses."""
+    refactored = apply_transformation(seed, catalog["refactor"], h200)
+    loose = {tid: dataclasses.replace(t, requires=(), conflicts=()) for tid, t in catalog.items()}
+    with pytest.raises(InvalidPoint, match="tensor-core needs the shared-memory tiles"):
+        apply_transformation(refactored, loose["tensor-core"], h200)
+    with pytest.raises(InvalidPoint, match="thread-cache needs the thread tiles"):
+        apply_transformation(refactored, loose["thread-cache"], h200)
+    with pytest.raises(InvalidPoint, match="needs the block-tile form of refactor"):
+        apply_transformation(seed, loose["split-k"], h200)
+
+
+def test_split_k_declares_its_counter_table_as_a_size_constraint(catalog, seed, h200):
+    context = build(seed, ("refactor", "split-k"), catalog, h200)
+    (constraint,) = context.size_constraints
+    values = {"BLOCK_M": 16, "BLOCK_N": 16}
+    assert evaluate_bool(constraint, {**values, "M": 257, "N": 293})
+    assert not evaluate_bool(constraint, {**values, "M": 16384, "N": 16384})
+    assert context.launch["grid_z"] == "K_SPLITS"
+
+
+def test_foreign_or_edited_variants_are_apply_errors(catalog, seed, h200):
+    child = apply_transformation(seed, catalog["refactor"], h200)
+    edited = dataclasses.replace(child, source=child.source.replace("acc[i][j] = 0;",
+                                                                      "acc[i][j] = 1;"))
+    with pytest.raises(ApplyError, match="source was changed"):
+        apply_transformation(edited, catalog["tb-tiling"], h200)
+    relaunched = dataclasses.replace(child, launch={**child.launch, "block_x": "64"})
+    with pytest.raises(ApplyError, match="launch was changed"):
+        apply_transformation(relaunched, catalog["tb-tiling"], h200)
+    odd_seed = dataclasses.replace(seed, source=seed.source.replace("B[k * N + col]",
+                                                                    "B[col * N + k]"))
+    with pytest.raises(ApplyError, match="accumulates something other"):
+        apply_transformation(odd_seed, catalog["refactor"], h200)
+    c_context = dataclasses.replace(seed, backend="c")
+    with pytest.raises(ApplyError, match="cannot apply to c/matmul"):
+        apply_transformation(c_context, catalog["refactor"], h200)
+
+
+def test_registry_never_drops_the_launch_geometry(catalog, seed, h200):
+    """Through ReferenceApplier: the same child as apply_transformation, or (while its
+    ReferenceKernel protocol cannot carry a launch) an ApplyError saying so."""
+    expected = apply_transformation(seed, catalog["refactor"], h200)
+    try:
+        child = ReferenceApplier().apply(seed, catalog["refactor"], h200)
+    except ApplyError as exc:
+        assert "CudaChange" in str(exc)
+    else:
+        assert child.content_hash() == expected.content_hash()
