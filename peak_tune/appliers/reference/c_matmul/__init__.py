@@ -7,7 +7,7 @@ from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError
 
-from ..change import ReferenceChange
+from ..change import ReferenceChange, check_declared
 from .emit import emit_source, macros_used
 from .ir import Nest, dump_nest, load_nest
 from .lift import lift_seed
@@ -52,12 +52,6 @@ class CMatmul:
         if rule is None:
             raise ApplyError(f"reference applier has no c/matmul implementation of {tid!r}")
         change = rule(nest_of(context), device)
-        declared = {p.name for p in context.params + transformation.params}
-        missing = [m for m in macros_used(change.nest) if m not in declared]
-        if missing:
-            raise ApplyError(
-                f"{tid}: the reference implementation uses parameter(s) {', '.join(missing)} "
-                "that neither it nor an earlier transformation declares"
-            )
+        check_declared(context, transformation, macros_used(change.nest))
         return ReferenceChange(emit_source(change.nest, context.entry), dump_nest(change.nest),
                                change.constraints)

@@ -24,6 +24,8 @@ from typing import Any
 
 from peak_tune.errors import ApplyError
 
+from ..change import read_state
+
 __all__ = ["DIMS", "FORMAT", "LEVELS", "Loop", "Nest", "dump_nest", "load_nest"]
 
 FORMAT = "peak-tune/reference/c-matmul/1"
@@ -96,12 +98,7 @@ _FLAGS = ("register_tile", "pack_a", "pack_b", "unroll_k", "prefetch", "restrict
 
 def load_nest(text: str) -> Nest:
     """Parse a state written by dump_nest; ApplyError if it is not one."""
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ApplyError(f"reference applier state is not JSON: {exc.msg}") from exc
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise ApplyError("reference applier state has another format")
+    payload = read_state(text, FORMAT)
     try:
         loops = tuple(_loop(entry) for entry in payload["loops"])
         flags = {name: payload[name] for name in _FLAGS}

@@ -2,46 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ..code_writer import CodeWriter
 from .ir import Nest
 
 __all__ = ["CodeWriter", "Scope", "group", "omp_for"]
-
-
-class CodeWriter:
-    """Collects C lines with four-space indentation."""
-
-    def __init__(self) -> None:
-        self._lines: list[str] = []
-        self._depth = 0
-
-    def line(self, text: str = "") -> None:
-        self._lines.append("    " * self._depth + text if text else "")
-
-    def lines(self, *texts: str) -> None:
-        for text in texts:
-            self.line(text)
-
-    def pragma(self, text: str) -> None:
-        """A pragma line, indented like code (GCC accepts both)."""
-        self.line(f"#pragma {text}")
-
-    @contextmanager
-    def block(self, head: str) -> Iterator[None]:
-        """`head {` ... `}` with the body indented (a bare `{` when head is empty)."""
-        self.line(f"{head} {{" if head else "{")
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            self.line("}")
-
-    def text(self) -> str:
-        return "\n".join(self._lines) + "\n"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError
 
-from ..change import ReferenceChange
+from ..change import ReferenceChange, check_declared
 from .emit import emit_source
 from .geometry import launch_of, macros_used
 from .lift import lift_seed
@@ -66,12 +66,7 @@ class CudaMatmul:
         if rule is None:
             raise ApplyError(f"reference applier has no cuda/matmul implementation of {tid!r}")
         change = rule(plan_of(context), device)
-        declared = {p.name for p in context.params + transformation.params}
-        missing = [m for m in macros_used(change.plan) if m not in declared]
-        if missing:
-            raise ApplyError(
-                f"{tid}: the reference implementation uses parameter(s) {', '.join(missing)} "
-                "that neither it nor an earlier transformation declares")
+        check_declared(context, transformation, macros_used(change.plan))
         return ReferenceChange(
             source=emit_source(change.plan, context.entry),
             state=dump_plan(change.plan),

@@ -26,6 +26,8 @@ from typing import Any
 
 from peak_tune.errors import ApplyError
 
+from ..change import read_state
+
 __all__ = ["FORMAT", "NAIVE", "Plan", "dump_plan", "load_plan"]
 
 FORMAT = "peak-tune/reference/cuda-matmul/1"
@@ -71,12 +73,7 @@ def dump_plan(plan: Plan) -> str:
 
 def load_plan(text: str) -> Plan:
     """Parse a state written by dump_plan; ApplyError if it is not one."""
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ApplyError(f"reference applier state is not JSON: {exc.msg}") from exc
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise ApplyError("reference applier state has another format")
+    payload = read_state(text, FORMAT)
     flags = {k: v for k, v in payload.items() if k != "format"}
     if set(flags) != set(_NAMES) or not all(isinstance(v, bool) for v in flags.values()):
         raise ApplyError("reference applier state is malformed: wrong fields or types")

@@ -1,48 +1,7 @@
-"""An indenting line writer for the CUDA emitters."""
+"""The line writer the CUDA emitters use (shared with the C printer)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from ..code_writer import CodeWriter
 
 __all__ = ["CodeWriter"]
-
-
-class CodeWriter:
-    """Collects CUDA C++ lines with four-space indentation."""
-
-    def __init__(self) -> None:
-        self._lines: list[str] = []
-        self._depth = 0
-
-    def line(self, text: str = "") -> None:
-        self._lines.append("    " * self._depth + text if text else "")
-
-    def lines(self, *texts: str) -> None:
-        for text in texts:
-            self.line(text)
-
-    def raw(self, text: str) -> None:
-        """Lines pasted as they are (preprocessor blocks, snippets), not indented."""
-        self._lines.extend(text.splitlines())
-
-    @contextmanager
-    def block(self, head: str) -> Iterator[None]:
-        """`head {` ... `}` with the body indented."""
-        self.line(f"{head} {{" if head else "{")
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            self.line("}")
-
-    @contextmanager
-    def unrolled(self, var: str, count: str, start: str = "0") -> Iterator[None]:
-        """`#pragma unroll` + `for (int var = start; var < count; ++var) {`."""
-        self.line("#pragma unroll")
-        with self.block(f"for (int {var} = {start}; {var} < {count}; ++{var})"):
-            yield
-
-    def text(self) -> str:
-        return "\n".join(self._lines) + "\n"
