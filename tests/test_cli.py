@@ -214,3 +214,17 @@ def test_ctrl_c_keeps_finished_trials(tmp_path):
     states = {t.state for t in study.trials}
     assert optuna.trial.TrialState.RUNNING not in states
     assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) >= 3
+
+
+def test_user_catalog_adds_a_device_profile(tmp_path):
+    devices = tmp_path / "cat" / "devices"
+    devices.mkdir(parents=True)
+    (devices / "my-laptop.toml").write_text(
+        'name = "my-laptop"\ntitle = "My laptop"\nbackend = "c"\nmemory_bandwidth_gbs = 50\n'
+        "[peak_gflops]\nfloat32 = 0\n")
+    listed = peak("devices", "--catalog", str(tmp_path / "cat"))
+    assert "my-laptop" in listed.stdout
+    done = peak("--trials", "2", *SMALL, "--json", "--device", "my-laptop", "--catalog",
+                str(tmp_path / "cat"), "--results", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    assert last_json(done.stdout)["device"] == "my-laptop"
