@@ -258,8 +258,8 @@ _MEMO = _Memo()
 def compute_expected(problem: Problem) -> Expected:
     """spec.reference and spec.error_scale in float64 over the inputs (memoised by seed)."""
     spec = problem.spec
-    key = (spec.name, spec.reference, spec.error_scale, problem.size.values, problem.dtype,
-           problem.seed, tuple(spec.tolerances.items()))
+    key = (spec.name, spec.args, spec.reference, spec.error_scale, problem.size.values,
+           problem.dtype, problem.seed, tuple(spec.tolerances.items()))
     if problem.seed is not None:
         found = _MEMO.get(key)
         if found is not None:

@@ -1,9 +1,12 @@
 """Device-side validation and timing for the CUDA worker (runs only in that process).
 
-Validation: each buffer is copied with its guard regions (validation.GuardedBuffer's
-sentinel bytes) into one device allocation and the kernel gets a pointer past the front
-guard; outputs arrive poisoned with NaN; after the run the whole allocation comes back
-and validation.check_outputs looks at the guards, the inputs and the outputs.
+Validation: each buffer, with its guard regions (validation.GuardedBuffer's sentinel
+bytes), is one device allocation and the kernel gets a pointer past the front guard;
+outputs arrive poisoned with NaN. The inputs of a seed are made once by
+validation.make_problem and kept on the device with their float64 reference
+(peak_tune.backends._cuda_check); each check copies them device to device into fresh
+allocations, and after the run the device compares guards, inputs and outputs; only a
+failing run comes back to the host, where validation.check_outputs names the failure.
 
 Timing: on one non-default stream, for each run: outputs poisoned (memset 0xFF, a NaN in
 every float type), L2 flushed by writing a buffer twice its size, then CUDA events around
@@ -13,25 +16,30 @@ the last timed run's output is checked. Kernels and cuBLAS go through the same c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from peak_tune.backends._cuda_check import Reference, ReferenceCache, failure_count, upload
 from peak_tune.backends._wire import Timing
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, KernelCrash, UserError
 from peak_tune.validation import (
     GUARD_ELEMENTS,
+    OutOfBounds,
     Problem,
     check_outputs,
     compute_expected,
     make_problem,
 )
 
-__all__ = ["Binder", "Call", "DeviceFault", "DeviceProblem", "cupy_module",
-           "device_errors", "guarded", "in_stream", "state", "time_then_check", "validate"]
+__all__ = ["Binder", "Call", "DeviceFault", "DeviceProblem", "Timing", "cupy_module",
+           "device_errors", "guarded", "in_stream", "phase", "phases_ms", "references",
+           "state", "time_then_check", "validate"]
 
 _POISON_BYTE = 0xFF  # 0xFF..FF is a NaN in float16, float32 and float64
 _INT_LIMIT = 2**31
@@ -55,6 +63,18 @@ class _State:
 
 
 state = _State()
+references = ReferenceCache()  # pristine inputs and float64 references, on the device
+phases_ms: dict[str, float] = {}  # host time per phase of the current request
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Add the wall time of the block to phases_ms[name]."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases_ms[name] = phases_ms.get(name, 0.0) + (time.perf_counter() - began) * 1e3
 
 
 def cupy_module() -> Any:
@@ -89,51 +109,85 @@ def guarded(action: Call, wait: bool = True) -> None:
 
 
 class DeviceProblem:
-    """A validation.Problem on the device: each buffer with its guards, one allocation."""
+    """A Reference's buffers copied (device to device) into fresh guarded allocations."""
 
-    def __init__(self, host: Problem) -> None:
+    def __init__(self, reference: Reference) -> None:
         cp = cupy_module()
-        self.host = host
+        self.reference = reference
+        self.size = reference.size
         self.storage: dict[str, Any] = {}
         self.inner: dict[str, Any] = {}
-        for buffer in host.buffers:
-            name = buffer.arg.name
-            self.storage[name] = cp.empty(buffer.storage.shape, buffer.storage.dtype)
-            self.storage[name].set(buffer.storage, stream=state.stream)
-            self.inner[name] = self.storage[name][GUARD_ELEMENTS:GUARD_ELEMENTS + buffer.count]
+        with state.stream:
+            for arg in reference.buffers:
+                pristine = reference.pristine[arg.name]
+                self.storage[arg.name] = cp.empty_like(pristine)
+                copy_on_device(self.storage[arg.name], pristine)
+                count = int(np.prod(reference.shapes[arg.name], dtype=np.int64))
+                self.inner[arg.name] = self.storage[arg.name][GUARD_ELEMENTS:
+                                                              GUARD_ELEMENTS + count]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.reference.shapes[name]
 
     def poison_outputs(self) -> None:
+        """Outputs NaN again (inout buffers: their inputs again), on the device."""
         cp = cupy_module()
-        for buffer in self.host.outputs:
-            inner = self.inner[buffer.arg.name]
-            if buffer.arg.intent == "inout":
-                inner.set(self.host.originals[buffer.arg.name].ravel(), stream=state.stream)
-            elif inner.nbytes:
+        for arg in self.reference.buffers:
+            inner = self.inner[arg.name]
+            if arg.intent == "inout":
+                pristine = self.reference.pristine[arg.name]
+                copy_on_device(inner, pristine[GUARD_ELEMENTS:GUARD_ELEMENTS + inner.size])
+            elif arg.intent == "out" and inner.nbytes:
                 cp.cuda.runtime.memsetAsync(inner.data.ptr, _POISON_BYTE, inner.nbytes,
                                             state.stream.ptr)
-
-    def download(self) -> None:
-        """Every allocation back into the host problem, guards included."""
-        for buffer in self.host.buffers:
-            self.storage[buffer.arg.name].get(stream=state.stream, out=buffer.storage)
-        state.stream.synchronize()
 
     def kernel_args(self) -> tuple[Any, ...]:
         """Arguments in the spec's order: inner device arrays and C ints."""
         values: list[Any] = []
-        for arg in self.host.spec.args:
+        for arg in self.reference.spec.args:
             if arg.kind == "buffer":
                 values.append(self.inner[arg.name])
                 continue
-            value = self.host.scalars[arg.name]
+            value = self.reference.scalars[arg.name]
             if abs(value) >= _INT_LIMIT:
-                raise UserError(f"scalar {arg.name} = {value} at {self.host.label} "
+                raise UserError(f"scalar {arg.name} = {value} at {self.reference.label} "
                                 "does not fit a C int")
             values.append(np.int32(value))
         return tuple(values)
 
     def pointer(self, name: str) -> int:
         return int(self.inner[name].data.ptr)
+
+    def check(self) -> None:
+        """Raise WrongResult (OutOfBounds for stray writes) unless the run was correct:
+        counted on the device; a failure is downloaded and named by check_outputs."""
+        cp = cupy_module()
+        with state.stream:
+            counts = cp.stack([references.changed(),
+                               failure_count(self.reference, self.storage)])
+            changed, failures = (int(n) for n in counts.get(stream=state.stream))
+        if changed:
+            references.clear()
+            raise OutOfBounds(f"wrote out of bounds: device memory outside the buffers "
+                              f"changed at {self.reference.label} (validation data)")
+        if failures:
+            ref = self.reference
+            self.check_on_host(make_problem(ref.spec, ref.size, ref.dtype, ref.seed))
+            raise RuntimeError(f"validation at {ref.label}: the device found a difference "
+                               "that the host check does not see")
+
+    def check_on_host(self, problem: Problem) -> None:
+        """Download every allocation, guards included, into `problem` (made from the same
+        seed) and check it there with validation.check_outputs."""
+        for buffer in problem.buffers:
+            self.storage[buffer.arg.name].get(stream=state.stream, out=buffer.storage)
+        state.stream.synchronize()
+        check_outputs(problem, compute_expected(problem))
+
+
+def copy_on_device(target: Any, source: Any) -> None:
+    """Copy a contiguous device array into another of the same size, on our stream."""
+    target.data.copy_from_device_async(source.data, source.nbytes, stream=state.stream)
 
 
 Binder = Callable[[DeviceProblem], Call]
@@ -160,15 +214,32 @@ def _flush_l2(round_: int) -> None:
                                 state.stream.ptr)
 
 
-def validate(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int, bind: Binder) -> None:
-    """Fresh inputs, poisoned outputs, guards: run once and check (raises WrongResult)."""
-    problem = make_problem(spec, size, dtype, seed)
-    device = DeviceProblem(problem)
-    guarded(bind(device), wait=False)
-    expected = compute_expected(problem)  # on the CPU while the kernel runs
-    guarded(lambda: None)
-    device.download()
-    check_outputs(problem, expected)
+def validate(
+    spec: KernelSpec, size: ProblemSize, dtype: str, seed: int, bind: Binder,
+    on_host: bool = False,
+) -> None:
+    """Fresh guarded buffers from the seed's inputs, poisoned outputs: run once and check
+    (raises WrongResult). `on_host`: nothing cached, checked on the host, so the device
+    runs the copies and the kernel alone (for compute-sanitizer)."""
+    problem = make_problem(spec, size, dtype, seed) if on_host else None
+    device = _device_problem(spec, size, dtype, seed, problem)
+    with phase("run"):
+        guarded(bind(device))
+    with phase("check"):
+        if problem is None:
+            device.check()
+        else:
+            device.check_on_host(problem)
+
+
+def _device_problem(
+    spec: KernelSpec, size: ProblemSize, dtype: str, seed: int, problem: Problem | None
+) -> DeviceProblem:
+    cupy_module()
+    with phase("inputs"), state.stream:  # uploads and copies in order on our stream
+        if problem is not None:
+            return DeviceProblem(upload(problem, None))
+        return DeviceProblem(references.get(spec, size, dtype, seed))
 
 
 def time_then_check(
@@ -176,8 +247,7 @@ def time_then_check(
 ) -> list[float]:
     """Samples in ms (CUDA events around each launch), then the last output checked."""
     cp = cupy_module()
-    problem = make_problem(spec, size, dtype, seed)
-    device = DeviceProblem(problem)
+    device = _device_problem(spec, size, dtype, seed, None)
     run = bind(device)
     start, end = cp.cuda.Event(), cp.cuda.Event()
     rounds = 0
@@ -196,17 +266,17 @@ def time_then_check(
         guarded(launch)
         return float(cp.cuda.get_elapsed_time(start, end))
 
-    estimate_ms: float | None = None
-    for _ in range(timing.warmup):
-        estimate_ms = timed()
-    samples_ms: list[float] = []
-    target = timing.repeats if estimate_ms is None else timing.repeat_count(estimate_ms)
-    while len(samples_ms) < target:
-        samples_ms.append(timed())
-        if estimate_ms is None:
-            estimate_ms = samples_ms[0]
-            target = timing.repeat_count(estimate_ms)
-    expected = compute_expected(problem)
-    device.download()
-    check_outputs(problem, expected)
+    with phase("timing"):
+        estimate_ms: float | None = None
+        for _ in range(timing.warmup):
+            estimate_ms = timed()
+        samples_ms: list[float] = []
+        target = timing.repeats if estimate_ms is None else timing.repeat_count(estimate_ms)
+        while len(samples_ms) < target:
+            samples_ms.append(timed())
+            if estimate_ms is None:
+                estimate_ms = samples_ms[0]
+                target = timing.repeat_count(estimate_ms)
+    with phase("check"):
+        device.check()
     return samples_ms

@@ -2,8 +2,9 @@
 
 `python -m peak_tune.backends._cuda_worker --request-fd R --response-fd W` owns the
 process's CUDA context: it loads cubins with CuPy, validates kernels against the float64
-reference and times them with CUDA events (peak_tune.backends._cuda_device); cuBLAS, the
-vendor baseline, runs here too, through the same code. A fault that corrupts the context
+reference (kept on the device per seed: peak_tune.backends._cuda_check) and times them
+with CUDA events (peak_tune.backends._cuda_device); cuBLAS, the vendor baseline, runs
+here too, through the same code. A fault that corrupts the context
 (illegal address, trap) is reported as a KernelCrash and the parent replaces this
 process; a hang is killed there. `--one-shot FILE` validates one request once and exits
 (run under compute-sanitizer).
@@ -30,6 +31,7 @@ from peak_tune.backends._cuda_device import (
     cupy_module,
     device_errors,
     in_stream,
+    phases_ms,
     state,
     time_then_check,
     validate,
@@ -147,7 +149,7 @@ def _kernel_binder(
     attributes = _attributes(function)
 
     def bind(device: DeviceProblem) -> Call:
-        names = {**device.host.size.as_dict(), **params}
+        names = {**device.size.as_dict(), **params}
         geometry = evaluate_launch(launch, names)
         geometry_fits(geometry, attributes["max_threads_per_block"],
                       attributes["shared_static_bytes"], state.shared_limit)
@@ -168,6 +170,7 @@ def _evaluate(request: dict[str, Any]) -> dict[str, Any]:
     dtype = str(request["dtype"])
     size = ProblemSize.of(request["size"])
     timing = Timing.of(request["config"])
+    phases_ms.clear()
     function = _load_function(request["cubin"], request["entry"])
     bind = in_stream(_kernel_binder(function, request["launch"], request["params"]))
     seed = timing.seed
@@ -176,7 +179,8 @@ def _evaluate(request: dict[str, Any]) -> dict[str, Any]:
         validate(spec, check, dtype, seed, bind)
         seed += 1
     samples_ms = time_then_check(spec, size, dtype, seed, bind, timing)
-    return {"samples_ms": samples_ms, "resources": _attributes(function)}
+    return {"samples_ms": samples_ms, "resources": _attributes(function),
+            "phases_ms": dict(phases_ms)}
 
 
 # ---------------------------------------------------------------- vendor: cuBLAS
@@ -212,8 +216,8 @@ def _cublas_binder(spec: KernelSpec, dtype: str) -> tuple[str, Binder]:
     name = f"cuBLAS {major}.{rest // 100}.{rest % 100} gemmEx ({_CUBLAS_COMPUTE[dtype]})"
 
     def bind(device: DeviceProblem) -> Call:
-        m, k = (int(n) for n in device.host.buffer(ins[0].name).shape)
-        n = int(device.host.buffer(ins[1].name).shape[1])
+        m, k = (int(n) for n in device.shape(ins[0].name))
+        n = int(device.shape(ins[1].name)[1])
         a, b = device.pointer(ins[0].name), device.pointer(ins[1].name)
         c = device.pointer(outs[0].name)
 
@@ -232,11 +236,12 @@ def _vendor(request: dict[str, Any]) -> dict[str, Any]:
     dtype = str(request["dtype"])
     size = ProblemSize.of(request["size"])
     timing = Timing.of(request["config"])
+    phases_ms.clear()
     name, bind = _cublas_binder(spec, dtype)
     bind = in_stream(bind)
     validate(spec, size, dtype, timing.seed, bind)
     samples_ms = time_then_check(spec, size, dtype, timing.seed + 1, bind, timing)
-    return {"name": name, "samples_ms": samples_ms}
+    return {"name": name, "samples_ms": samples_ms, "phases_ms": dict(phases_ms)}
 
 
 # ---------------------------------------------------------------- one-shot (sanitizer)
@@ -252,7 +257,8 @@ def _one_shot(path: str) -> int:
     bind = in_stream(_kernel_binder(function, request["launch"], request["params"]))
     try:
         for index, size in enumerate([*request["check_sizes"], request["size"]]):
-            validate(spec, ProblemSize.of(size), str(request["dtype"]), index, bind)
+            validate(spec, ProblemSize.of(size), str(request["dtype"]), index, bind,
+                     on_host=True)
     except WrongResult as exc:
         print(f"peak-tune: {exc}", file=sys.stderr)
         return _WRONG_RESULT_STATUS
