@@ -68,6 +68,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120, help="time box per search")
     parser.add_argument("--configs", default="float32:4096,float16:4096,float32:8192,"
                                               "float16:8192")
+    parser.add_argument("--no-paper", action="store_true", help="skip the paper rows")
+    parser.add_argument("--no-triton", action="store_true", help="skip the Triton rows")
     parser.add_argument("--results", default="results-bench")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "cuda_matmul.json"))
@@ -82,14 +84,16 @@ def main() -> None:
         row["paper"] = {
             name: study_row(dtype, int(n), args.paper_trials, Path(args.results),
                             args.seconds / 2, tuple(seq["sequence"]))
-            for name, seq in paper.items() if seq["dtype"] == dtype}
-        row["triton"] = triton_row(dtype, int(n))
+            for name, seq in paper.items() if seq["dtype"] == dtype and not args.no_paper}
+        row["triton"] = {} if args.no_triton else triton_row(dtype, int(n))
         rows.append(row)
         Path(args.out).write_text(json.dumps({"rows": rows}, indent=1))
     record = {"benchmark": "cuda_matmul", "date": time.strftime("%Y-%m-%d"),
               "device": _driver(), "command": "python benchmarks/cuda_matmul.py "
               f"--trials {args.trials} --paper-trials {args.paper_trials} "
-              f"--seconds {args.seconds} --configs {args.configs}", "rows": rows}
+              f"--seconds {args.seconds} --configs {args.configs}"
+              + (" --no-paper" if args.no_paper else "") + (" --no-triton" if args.no_triton else ""),
+              "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")
     print(f"{'dtype':<8} {'n':>5} {'search/cuBLAS':>13} {'trials':>6} {'trials/s':>8} "
