@@ -92,7 +92,8 @@ def main() -> None:
               "device": _driver(), "command": "python benchmarks/cuda_matmul.py "
               f"--trials {args.trials} --paper-trials {args.paper_trials} "
               f"--seconds {args.seconds} --configs {args.configs}"
-              + (" --no-paper" if args.no_paper else "") + (" --no-triton" if args.no_triton else ""),
+              + (" --no-paper" if args.no_paper else "")
+              + (" --no-triton" if args.no_triton else ""),
               "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")

@@ -10,6 +10,7 @@ from peak_tune.errors import UserError
 __all__ = ["APPLIERS", "make_applier"]
 
 APPLIERS: dict[str, str] = {
+    "llm": "peak_tune.appliers.llm:LLMApplier",
     "reference": "peak_tune.appliers.reference:ReferenceApplier",
 }
 
