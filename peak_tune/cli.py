@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -24,7 +25,7 @@ from peak_tune.search.space import ENCODINGS
 
 __all__ = ["main"]
 
-_COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashboard")
+_COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashboard", "llm")
 
 
 def _size(text: str) -> dict[str, int]:
@@ -55,7 +56,14 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--size", action="append", type=_size, default=[], metavar="N|MxNxK",
                    help="problem size; repeatable (default: the kernel's default size)")
-    p.add_argument("--applier", default="reference", help="reference (offline)")
+    p.add_argument("--applier", choices=("reference", "llm"),
+                   help="reference (offline) or llm (an OpenAI-compatible endpoint); default "
+                        "llm when OPENAI_MODEL and OPENAI_API_KEY are set, else reference")
+    p.add_argument("--model", help="the LLM applier's model (default: OPENAI_MODEL)")
+    p.add_argument("--temperature", type=float, help="LLM sampling temperature")
+    p.add_argument("--repairs", type=int, help="compile-error repair attempts per LLM step")
+    p.add_argument("--max-tokens-total", type=int,
+                   help="stop the study cleanly once the LLM calls used this many tokens")
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS)
     p.add_argument("--encoding", default="subset", choices=ENCODINGS,
                    help="how a trial encodes a sequence (default subset)")
@@ -106,10 +114,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("stats",))
     p.add_argument("--results", default="results", metavar="DIR")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("llm", help="check the LLM endpoint (OPENAI_BASE_URL, OPENAI_API_KEY)")
+    p.add_argument("action", choices=("check",))
+    p.add_argument("--model", help="model to try (default: OPENAI_MODEL)")
     p = sub.add_parser("dashboard", help="open optuna-dashboard on the results' storage")
     _common(p)
     p.add_argument("--port", type=int, default=8080)
     return parser
+
+
+def _default_applier() -> str:
+    """llm when an endpoint is configured (a model and a key), else the offline one."""
+    configured = os.environ.get("OPENAI_MODEL") and os.environ.get("OPENAI_API_KEY")
+    return "llm" if configured else "reference"
 
 
 def _tune(args: argparse.Namespace) -> int:
@@ -120,7 +137,12 @@ def _tune(args: argparse.Namespace) -> int:
         raise UserError("--trials must be zero or more")
     config = TuneConfig(
         kernel=args.kernel, backend=args.backend, device=args.device, dtype=args.dtype,
-        sizes=tuple(args.size), applier=args.applier, sampler=args.sampler, seed=args.seed,
+        sizes=tuple(args.size), applier=args.applier or _default_applier(), model=args.model,
+        llm_settings={k: v for k, v in (("temperature", args.temperature),
+                                         ("repairs", args.repairs),
+                                         ("max_tokens_total", args.max_tokens_total))
+                      if v is not None},
+        sampler=args.sampler, seed=args.seed,
         study=args.study, results=Path(args.results), storage=args.storage,
         catalogs=tuple(args.catalog), encoding=args.encoding, illegal=args.illegal,
         sequence=tuple(s for s in (args.sequence or "").split(",") if s),

@@ -19,7 +19,7 @@ from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
 
-__all__ = ["cache", "dashboard", "devices", "export", "show", "transforms"]
+__all__ = ["cache", "dashboard", "devices", "export", "llm", "show", "transforms"]
 
 
 def _storage(args: argparse.Namespace) -> str:
@@ -170,3 +170,13 @@ def dashboard(args: argparse.Namespace) -> int:
         raise UserError("optuna-dashboard is not installed: pip install 'peak-tune[dashboard]'")
     print(f"optuna-dashboard on http://127.0.0.1:{args.port} for {storage} (Ctrl-C stops it)")
     return subprocess.call([binary, storage, "--host", "127.0.0.1", "--port", str(args.port)])
+
+
+def llm(args: argparse.Namespace) -> int:
+    """`peak-tune llm check`: does the endpoint answer, list models, round-trip a prompt."""
+    from peak_tune.appliers.llm import LLMConfig, check_endpoint
+
+    report = check_endpoint(LLMConfig.from_env(args.model))
+    for message in report.messages:
+        print(message)
+    return 0 if report.ok else 2

@@ -11,6 +11,7 @@ __all__ = [
     "BackendUnavailable",
     "CatalogError",
     "CompileError",
+    "EndpointUnavailable",
     "EvaluationError",
     "ExpressionError",
     "InvalidPoint",
@@ -38,6 +39,11 @@ class CatalogError(UserError):
 
 class ExpressionError(UserError):
     """An expression in a catalog file uses something the safe evaluator does not allow."""
+
+
+class EndpointUnavailable(UserError):
+    """The LLM endpoint failed as a whole (unreachable, refusing, budget spent): the study
+    stops with its finished trials kept, and nothing about the transformation is cached."""
 
 
 class BackendUnavailable(UserError):

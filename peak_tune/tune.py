@@ -11,7 +11,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any
 import optuna
 
 from peak_tune.appliers import make_applier
+from peak_tune.appliers.base import Applier
 from peak_tune.backends import BACKENDS, make_backend
 from peak_tune.backends.base import Artifact, Backend, EvalConfig
 from peak_tune.cache import Cache
@@ -49,6 +50,8 @@ class TuneConfig:
     dtype: str = "float32"
     sizes: tuple[dict[str, int], ...] = ()  # empty: the spec's default size
     applier: str = "reference"
+    model: str | None = None  # the LLM applier's model (else OPENAI_MODEL)
+    llm_settings: Mapping[str, Any] = field(default_factory=dict)  # temperature, repairs, ...
     sampler: str = "tpe"
     seed: int | None = 0  # the same seed and catalog ask for the same points
     study: str | None = None
@@ -166,14 +169,25 @@ class TuneSession:
         _check_results_folder(config.results)
         self.backend: Backend = self._backend(backend_name)
         self.device = self.backend.probe()
-        self.applier = make_applier(config.applier)
         self.cache = Cache(config.results / "cache")
+        self.applier = self._applier()
         setup = PipelineSetup(self.spec, config.dtype, self.device, self.transformations,
                               config.eval_config)
         self.pipeline = Pipeline(setup, self.backend, self.applier, self.cache)
         self.encoding = self._encoding()
         self.study = self._study(backend_name)
         self.vendor: dict[str, tuple[str, Measurement]] = {}
+
+    def _applier(self) -> Applier:
+        """The reference applier, or the LLM one wired to this backend's compiler so
+        that compile errors go back to the model for repair."""
+        if self.config.applier != "llm":
+            return make_applier(self.config.applier)
+        from peak_tune.appliers.llm import LLMApplier, LLMConfig, backend_compile_check
+
+        settings = LLMConfig.from_env(self.config.model, **dict(self.config.llm_settings))
+        check = backend_compile_check(self.backend, self.config.dtype, str(self.cache.builds))
+        return LLMApplier(settings, compile_check=check)
 
     def _backend(self, name: str) -> Backend:
         if self.config.replay is None:
@@ -277,9 +291,10 @@ class TuneSession:
                         self._tell(item.trial, record)
                         done += 1
                         on_trial(record)
-                except BaseException:
+                except BaseException as exc:
+                    reason = str(exc) if isinstance(exc, UserError) else "interrupted"
                     for item in batch:
-                        self._fail_unfinished(item.trial)
+                        self._fail_unfinished(item.trial, reason)
                     raise
 
     @property
@@ -290,10 +305,11 @@ class TuneSession:
             return self.config.compile_workers
         return 1 if self.backend.name == "c" else max(1, os.cpu_count() or 1)
 
-    def _fail_unfinished(self, trial: optuna.Trial) -> None:
-        """Mark an interrupted trial failed, so the study holds no RUNNING trial."""
+    def _fail_unfinished(self, trial: optuna.Trial, reason: str) -> None:
+        """Mark a trial the run stopped in as failed, so the study holds no RUNNING trial."""
         if "status" not in trial.user_attrs:
             trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("message", reason[:500])
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
     def _start(self, item: _Started, pool: ThreadPoolExecutor) -> None:

@@ -1,0 +1,187 @@
+"""The `llm` applier: carries out a natural transformation with any OpenAI-compatible
+chat-completions endpoint (OpenAI, Azure, vLLM, llama.cpp server, Ollama).
+
+One chat call per pass of the transformation; for the C-like backends the "device" and
+"macros" regions are the whole source and a "launch" pass returns the launch geometry
+as JSON. Replies are read strictly (typed errors in .errors); a compile error found by
+the optional `compile_check` is sent back to the model for up to `repairs` attempts.
+Every HTTP attempt is kept in `records`; `usage()` sums tokens per transformation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from peak_tune.appliers.base import derive_child
+from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
+from peak_tune.core import KernelContext
+from peak_tune.errors import ApplyError
+
+from .check import CheckReport, check_endpoint
+from .client import CallRecord, ChatSession, Usage, Where, make_client
+from .compile_check import backend_compile_check
+from .config import LLMConfig
+from .errors import (
+    BadLaunchError,
+    EndpointError,
+    MissingParameterError,
+    NoCodeError,
+    ScopeError,
+    UncompilableError,
+)
+from .parse import code_block, parse_launch, require_params, require_signature
+from .prompts import PROMPT_VERSION, pass_messages, repair_message
+
+if TYPE_CHECKING:
+    from openai import OpenAI
+
+__all__ = [
+    "PROMPT_VERSION",
+    "BadLaunchError",
+    "CallRecord",
+    "CheckReport",
+    "CompileCheck",
+    "EndpointError",
+    "LLMApplier",
+    "LLMConfig",
+    "MissingParameterError",
+    "NoCodeError",
+    "ScopeError",
+    "UncompilableError",
+    "Usage",
+    "backend_compile_check",
+    "check_endpoint",
+]
+
+log = logging.getLogger(__name__)
+
+CompileCheck = Callable[[KernelContext], "str | None"]
+SIZE_SYMBOLS = ("M", "N", "K")
+_OUTCOMES = {NoCodeError: "no_code", ScopeError: "scope", BadLaunchError: "bad_launch",
+             MissingParameterError: "missing_param"}
+
+
+class LLMApplier:
+    """Applier that asks a chat model to follow each pass of a transformation.
+
+    `config`: the endpoint (default: LLMConfig.from_env()). `compile_check`: returns the
+    compiler's error text for a candidate child, or None when it compiles. `client`: an
+    openai.OpenAI to use instead of one built from the config (tests, custom transports).
+    """
+
+    def __init__(
+        self,
+        config: LLMConfig | None = None,
+        *,
+        compile_check: CompileCheck | None = None,
+        client: OpenAI | None = None,
+        size_symbols: tuple[str, ...] = SIZE_SYMBOLS,
+    ) -> None:
+        self.config = config if config is not None else LLMConfig.from_env()
+        self._compile_check = compile_check
+        self._client = client
+        self._size_symbols = size_symbols
+        self._client_lock = threading.Lock()
+        self._session = ChatSession(self.config, self._openai)
+
+    @property
+    def identity(self) -> str:
+        return f"llm/{self.config.model}@t{self.config.temperature}/p{PROMPT_VERSION}"
+
+    @property
+    def records(self) -> list[CallRecord]:
+        """Every HTTP attempt so far, in order (a copy)."""
+        return list(self._session.records)
+
+    def usage(self) -> dict[str, Usage]:
+        """Calls and tokens per transformation id."""
+        totals: dict[str, Usage] = {}
+        for r in self._session.records:
+            old = totals.get(r.transform_id, Usage(0, 0, 0))
+            totals[r.transform_id] = Usage(old.calls + 1, old.prompt_tokens + r.prompt_tokens,
+                                           old.completion_tokens + r.completion_tokens)
+        return totals
+
+    def apply(
+        self,
+        context: KernelContext,
+        transformation: Transformation,
+        device: DeviceProfile,
+        sample: int = 0,
+    ) -> KernelContext:
+        """The child after every pass. Samples differ only through the model's sampling
+        (temperature); each sample index is its own cache entry in the pipeline."""
+        if not transformation.passes:
+            raise ApplyError(f"{transformation.id} has no passes")
+        source, launch, record = context.source, dict(context.launch), -1
+        for index, step in enumerate(transformation.passes):
+            source, launch, record = self._run_pass(context, transformation, device, index,
+                                                    step, source, launch)
+        try:
+            require_params(source, tuple(p.name for p in transformation.params))
+        except MissingParameterError as exc:
+            self._session.mark(record, "missing_param", str(exc))
+            raise
+        return derive_child(context, transformation, self.identity, source=source,
+                            launch=launch)
+
+    # ------------------------------------------------------------------ passes
+
+    def _run_pass(
+        self, parent: KernelContext, transformation: Transformation, device: DeviceProfile,
+        index: int, step: Pass, source: str, launch: dict[str, str],
+    ) -> tuple[str, dict[str, str], int]:
+        """(source, launch, index of the accepted reply's record) after one pass, with
+        compile-error repairs."""
+        if step.region == "launch" and parent.backend == "c":
+            raise ApplyError(f"{transformation.id}: the C backend has no launch region")
+        current = derive_child(parent, transformation, self.identity, source=source,
+                               launch=launch)
+        messages = pass_messages(current, transformation, step, index, device,
+                                 self._size_symbols)
+        for turn in range(self.config.repairs + 1):
+            where = Where(transformation.id, index, step.region, turn)
+            reply, record = self._session.complete(messages, where)
+            try:
+                source, launch = self._read_reply(parent, current, step, reply)
+            except ApplyError as exc:
+                self._session.mark(record, _outcome(exc), str(exc))
+                raise
+            candidate = derive_child(parent, transformation, self.identity, source=source,
+                                     launch=launch)
+            error = self._compile_check(candidate) if self._compile_check else None
+            if error is None:
+                return source, launch, record
+            self._session.mark(record, "compile_error", error.splitlines()[0] if error else "")
+            log.info("%s pass %d: compile error, %s", transformation.id, index + 1,
+                     "repairing" if turn < self.config.repairs else "no repairs left")
+            messages = messages + [{"role": "assistant", "content": reply},
+                                   repair_message(error)]
+        raise UncompilableError(f"{transformation.id} pass {index + 1}: still fails to compile "
+                         f"after {self.config.repairs} repair(s): {_first_line(error)}")
+
+    def _read_reply(self, parent: KernelContext, current: KernelContext, step: Pass,
+                    reply: str) -> tuple[str, dict[str, str]]:
+        if step.region == "launch":
+            names = set(self._size_symbols) | {p.name for p in current.params}
+            return current.source, parse_launch(reply, names)
+        source = code_block(reply)
+        require_signature(parent.source, source, parent.entry)
+        return source, dict(current.launch)
+
+    def _openai(self) -> OpenAI:
+        with self._client_lock:
+            if self._client is None:
+                self._client = make_client(self.config)
+            return self._client
+
+
+def _outcome(exc: ApplyError) -> str:
+    return next((name for cls, name in _OUTCOMES.items() if isinstance(exc, cls)), "error")
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0][:200] if (text or "").strip() else ""

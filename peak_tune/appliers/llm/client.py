@@ -1,0 +1,186 @@
+"""Chat calls through the openai client: retries with exponential backoff on 429, 5xx,
+timeouts and lost connections (the client's own retries are off so every attempt is
+recorded), a per-call timeout, token accounting and a token budget."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .config import LLMConfig
+from .errors import EndpointError
+
+if TYPE_CHECKING:
+    from openai import OpenAI
+
+__all__ = ["CallRecord", "ChatSession", "Usage", "Where", "make_client"]
+
+log = logging.getLogger(__name__)
+
+_MAX_BACKOFF_S = 60.0
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One HTTP attempt of one chat call.
+
+    `turn` is 0 for a pass's first request and n for its n-th repair; `attempt` counts
+    from 1 over the retries of that request. `outcome` is "ok", a transport class
+    ("rate_limited", "server_error", "timeout", "connection", "refused") or, set after
+    the reply is read, a reply class ("no_code", "scope", "missing_param", "bad_launch",
+    "compile_error").
+    """
+
+    transform_id: str
+    pass_index: int
+    region: str
+    turn: int
+    attempt: int
+    outcome: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Calls and tokens spent on one transformation."""
+
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def make_client(config: LLMConfig) -> OpenAI:
+    """An openai client for the config's endpoint, the key read from the environment now."""
+    from openai import OpenAI
+
+    return OpenAI(base_url=config.base_url, api_key=config.api_key(),
+                  timeout=config.timeout_s, max_retries=0)
+
+
+@dataclass(frozen=True)
+class Where:
+    """Which pass of which transformation a call serves (for the records)."""
+
+    transform_id: str
+    pass_index: int
+    region: str
+    turn: int
+
+
+class ChatSession:
+    """Sends chat requests for one applier and keeps the records of every attempt."""
+
+    def __init__(self, config: LLMConfig, client: Callable[[], OpenAI],
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._config = config
+        self._client = client
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self.records: list[CallRecord] = []
+
+    def tokens_used(self) -> int:
+        with self._lock:
+            return sum(r.prompt_tokens + r.completion_tokens for r in self.records)
+
+    def mark(self, index: int, outcome: str, message: str) -> None:
+        """Set the outcome of record `index` once its reply has been judged."""
+        with self._lock:
+            old = self.records[index]
+            self.records[index] = CallRecord(
+                old.transform_id, old.pass_index, old.region, old.turn, old.attempt, outcome,
+                old.prompt_tokens, old.completion_tokens, old.latency_s, message[:200])
+
+    def complete(self, messages: list[dict[str, str]], where: Where) -> tuple[str, int]:
+        """The reply's text and the index of its record; EndpointError when every
+        attempt failed, the endpoint refused, or the token budget is spent."""
+        self._check_budget()
+        attempts = self._config.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            started = time.monotonic()
+            try:
+                response = self._send(messages)
+            except Exception as exc:
+                outcome, retry = _classify(exc)
+                message = f"{type(exc).__name__}: {_one_line(exc)}"
+                self._record(where, attempt, outcome, None, time.monotonic() - started, message)
+                if not retry:
+                    raise EndpointError(f"the endpoint refused the request ({message})") from exc
+                if attempt == attempts:
+                    raise EndpointError(f"the endpoint failed {attempts} time(s); last: "
+                                        f"{message}") from exc
+                delay = min(self._config.backoff_s * 2 ** (attempt - 1), _MAX_BACKOFF_S)
+                log.info("%s pass %d: %s; retry %d in %.1f s", where.transform_id,
+                         where.pass_index + 1, outcome, attempt, delay)
+                self._sleep(delay)
+                continue
+            index = self._record(where, attempt, "ok", getattr(response, "usage", None),
+                                 time.monotonic() - started, "")
+            return _reply_text(response), index
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send(self, messages: list[dict[str, str]]) -> Any:
+        client = self._client()
+        return client.chat.completions.create(
+            model=self._config.model, messages=messages,  # type: ignore[arg-type]
+            temperature=self._config.temperature, timeout=self._config.timeout_s,
+        )
+
+    def _record(self, where: Where, attempt: int, outcome: str, usage: Any,
+                latency_s: float, message: str) -> int:
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        record = CallRecord(where.transform_id, where.pass_index, where.region, where.turn,
+                            attempt, outcome, prompt, completion, latency_s, message[:200])
+        log.debug("%s pass %d turn %d attempt %d: %s (%d + %d tokens, %.2f s)",
+                  where.transform_id, where.pass_index + 1, where.turn, attempt, outcome,
+                  prompt, completion, latency_s)
+        with self._lock:
+            self.records.append(record)
+            return len(self.records) - 1
+
+    def _check_budget(self) -> None:
+        budget = self._config.max_tokens_total
+        if budget and self.tokens_used() >= budget:
+            raise EndpointError(f"token budget of {budget} exhausted")
+
+
+def _classify(exc: Exception) -> tuple[str, bool]:
+    """(outcome class, whether to retry) for an exception from the openai client."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):  # a subclass of APIConnectionError
+        return "timeout", True
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection", True
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limited", True
+    if isinstance(exc, openai.InternalServerError):
+        return "server_error", True
+    if isinstance(exc, openai.APIStatusError):
+        return ("server_error", True) if exc.status_code >= 500 else ("refused", False)
+    if isinstance(exc, openai.APIError):  # a malformed response body
+        return "bad_response", False
+    raise exc
+
+
+def _reply_text(response: Any) -> str:
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError) as exc:
+        raise EndpointError("the endpoint's response has no choices[0].message") from exc
+    return content if isinstance(content, str) else ""
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:160]

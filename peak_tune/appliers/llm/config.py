@@ -1,0 +1,86 @@
+"""Settings of the LLM applier. The API key is read from the environment at use time
+and is never a field: it cannot reach a repr, an identity, a cache key or a log."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from urllib.parse import urlsplit, urlunsplit
+
+from peak_tune.errors import UserError
+
+__all__ = ["LLMConfig", "redact_url"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+@dataclass(frozen=True, repr=False)
+class LLMConfig:
+    """One OpenAI-compatible chat-completions endpoint and how to use it.
+
+    `max_retries`: extra attempts of one call after 429, 5xx, timeouts or a lost
+    connection (backoff `backoff_s`, doubling). `repairs`: follow-up calls that send a
+    compile error back to the model, per pass. `max_tokens_total`: prompt plus
+    completion tokens all calls may spend (0: no budget).
+    """
+
+    model: str
+    base_url: str = DEFAULT_BASE_URL
+    temperature: float = 0.2
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    repairs: int = 2
+    max_tokens_total: int = 0
+    backoff_s: float = 1.0
+    api_key_env: str = "OPENAI_API_KEY"  # the variable's name, never its value
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise UserError("the LLM applier needs a model name (--model or OPENAI_MODEL)")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise UserError(f"LLM base URL {redact_url(self.base_url)!r} is not http(s)")
+        checks = {
+            "temperature": self.temperature >= 0, "timeout_s": self.timeout_s > 0,
+            "max_retries": self.max_retries >= 0, "repairs": self.repairs >= 0,
+            "max_tokens_total": self.max_tokens_total >= 0, "backoff_s": self.backoff_s >= 0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise UserError(f"LLM setting(s) out of range: {', '.join(bad)}")
+
+    @classmethod
+    def from_env(
+        cls, model: str | None = None, environ: Mapping[str, str] | None = None, **settings: object
+    ) -> LLMConfig:
+        """Model from the argument or OPENAI_MODEL, base URL from OPENAI_BASE_URL (unless
+        given in `settings`); other settings as keyword arguments."""
+        env = os.environ if environ is None else environ
+        known = {f.name for f in fields(cls)} - {"model"}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise UserError(f"unknown LLM setting(s): {', '.join(unknown)}")
+        if "base_url" not in settings and env.get("OPENAI_BASE_URL"):
+            settings["base_url"] = env["OPENAI_BASE_URL"]
+        return cls(model=model or env.get("OPENAI_MODEL", ""), **settings)  # type: ignore[arg-type]
+
+    def api_key(self) -> str:
+        """The key, read now from the environment; UserError if unset."""
+        key = os.environ.get(self.api_key_env, "")
+        if not key:
+            raise UserError(f"{self.api_key_env} is not set (servers that need no key, such "
+                            f"as a local vLLM or Ollama, accept any value, e.g. 'none')")
+        return key
+
+    def __repr__(self) -> str:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["base_url"] = redact_url(self.base_url)
+        return "LLMConfig(" + ", ".join(f"{k}={v!r}" for k, v in values.items()) + ")"
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password and without its query string."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "") if parts.username else parts.netloc
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

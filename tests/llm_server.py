@@ -1,0 +1,158 @@
+"""A local server speaking the OpenAI chat-completions protocol, for tests.
+
+POST /v1/chat/completions answers from a queue of scripted behaviours (a reply, an HTTP
+error, a slow reply); GET /v1/models lists `models`. Every request is recorded with its
+headers and JSON body, so tests can count calls and see where the API key went. An empty
+queue answers 500 with "no scripted reply", so an unexpected call fails loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["Behaviour", "LLMServer", "Received", "error", "reply", "slow"]
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """One scripted answer: `status` 200 with `content`, or an error status."""
+
+    content: str = ""
+    status: int = 200
+    delay_s: float = 0.0
+    prompt_tokens: int = 100
+    completion_tokens: int = 50
+
+
+def reply(content: str, prompt_tokens: int = 100, completion_tokens: int = 50) -> Behaviour:
+    return Behaviour(content=content, prompt_tokens=prompt_tokens,
+                     completion_tokens=completion_tokens)
+
+
+def error(status: int) -> Behaviour:
+    return Behaviour(status=status)
+
+
+def slow(delay_s: float, content: str = "```c\n```") -> Behaviour:
+    return Behaviour(content=content, delay_s=delay_s)
+
+
+@dataclass(frozen=True)
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]  # names in lower case
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+class LLMServer:
+    """Threaded HTTP server on 127.0.0.1, a free port. Use as a context manager."""
+
+    def __init__(self, models: tuple[str, ...] = ("test-model",)) -> None:
+        self.models = models
+        self.behaviours: deque[Behaviour] = deque()
+        self.received: list[Received] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def script(self, *behaviours: Behaviour) -> None:
+        with self._lock:
+            self.behaviours.extend(behaviours)
+
+    def chat_requests(self) -> list[Received]:
+        with self._lock:
+            return [r for r in self.received if r.path.endswith("/chat/completions")]
+
+    def __enter__(self) -> LLMServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def _next(self) -> Behaviour:
+        with self._lock:
+            return self.behaviours.popleft() if self.behaviours else Behaviour(status=599)
+
+    def _record(self, received: Received) -> None:
+        with self._lock:
+            self.received.append(received)
+
+
+def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass  # quiet
+
+        def do_GET(self) -> None:  # noqa: N802
+            server._record(Received("GET", self.path, _headers(self)))
+            if self.path.rstrip("/").endswith("/models"):
+                data = [{"id": m, "object": "model", "created": 0, "owned_by": "test"}
+                        for m in server.models]
+                self._json(200, {"object": "list", "data": data})
+            else:
+                self._json(404, {"error": {"message": "not found", "type": "invalid_request"}})
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length", "0"))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            server._record(Received("POST", self.path, _headers(self), body))
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._json(404, {"error": {"message": "not found", "type": "invalid_request"}})
+                return
+            behaviour = server._next()
+            if behaviour.delay_s:
+                time.sleep(behaviour.delay_s)
+            if behaviour.status == 599:
+                self._json(500, {"error": {"message": "no scripted reply", "type": "server"}})
+            elif behaviour.status != 200:
+                self._json(behaviour.status, {"error": {"message": f"scripted {behaviour.status}",
+                                                        "type": "scripted"}})
+            else:
+                self._json(200, _completion(body.get("model", ""), behaviour))
+
+        def _json(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout test)
+
+    return Handler
+
+
+def _headers(handler: BaseHTTPRequestHandler) -> dict[str, str]:
+    return {name.lower(): value for name, value in handler.headers.items()}
+
+
+def _completion(model: str, behaviour: Behaviour) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": behaviour.content}}],
+        "usage": {"prompt_tokens": behaviour.prompt_tokens,
+                  "completion_tokens": behaviour.completion_tokens,
+                  "total_tokens": behaviour.prompt_tokens + behaviour.completion_tokens},
+    }

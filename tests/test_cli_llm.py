@@ -1,0 +1,77 @@
+"""`peak-tune --applier llm` end to end: the real openai client, a local server speaking
+the protocol, the real C backend and study."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.appliers.test_llm import INTERCHANGED, KEY, fenced
+from tests.llm_server import LLMServer, reply
+from tests.test_cli import SMALL, last_json, peak
+
+pytestmark = pytest.mark.llm
+
+
+def endpoint(url: str) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": KEY, "OPENAI_MODEL": "test-model"}
+
+
+def chat_calls(server: LLMServer) -> int:
+    return sum(r.path.endswith("/chat/completions") for r in server.received)
+
+
+def test_llm_applier_tunes_and_a_repeat_makes_no_call(tmp_path: Path) -> None:
+    args = ["--sequence", "loop-interchange", "--trials", "3", *SMALL, "--json",
+            "--results", str(tmp_path)]
+    with LLMServer() as server:
+        server.script(reply(fenced(INTERCHANGED)))
+        done = peak(*args, env=endpoint(server.url + "/v1"))
+        assert done.returncode == 0, done.stderr
+        data = last_json(done.stdout)
+        assert data["best"]["sequence"] == ["loop-interchange"]
+        assert data["trials"]["complete"] == 3
+        assert chat_calls(server) == 1  # one application serves every tuning point
+        again = peak(*args, env=endpoint(server.url + "/v1"))
+        assert again.returncode == 0, again.stderr
+        assert chat_calls(server) == 1  # the repeat comes from the cache
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_unreachable_endpoint_stops_with_one_line_and_keeps_the_study(tmp_path: Path) -> None:
+    first = peak("--trials", "2", *SMALL, "--json", "--results", str(tmp_path), "--study", "s",
+                 "--applier", "reference")
+    assert first.returncode == 0, first.stderr
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    done = peak("--sequence", "loop-interchange", "--trials", "2", *SMALL, "--results",
+                str(tmp_path), env=endpoint(url), timeout=120)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/peak.db")
+    assert len(study.trials) == 2
+    assert KEY not in done.stderr
+
+
+def test_llm_check_reports_on_the_endpoint() -> None:
+    with LLMServer() as server:
+        server.script(reply("pong"))
+        done = peak("llm", "check", env=endpoint(server.url + "/v1"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test-model" in done.stdout
+    down = peak("llm", "check", env=endpoint(f"http://127.0.0.1:{closed_port()}/v1"))
+    assert down.returncode == 2
+    assert "cannot connect" in down.stdout
+    assert KEY not in down.stdout + down.stderr
