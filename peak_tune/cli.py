@@ -25,7 +25,8 @@ from peak_tune.search.space import ENCODINGS
 
 __all__ = ["main"]
 
-_COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashboard", "llm")
+_COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashboard", "llm",
+             "stats")
 
 
 def _size(text: str) -> dict[str, int]:
@@ -117,6 +118,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("llm", help="check the LLM endpoint (OPENAI_BASE_URL, OPENAI_API_KEY)")
     p.add_argument("action", choices=("check",))
     p.add_argument("--model", help="model to try (default: OPENAI_MODEL)")
+    p = sub.add_parser("stats", help="LLM success per transformation, model and position")
+    p.add_argument("--results", default="results", metavar="DIR")
+    p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     p = sub.add_parser("dashboard", help="open optuna-dashboard on the results' storage")
     _common(p)
     p.add_argument("--port", type=int, default=8080)

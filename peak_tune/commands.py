@@ -19,7 +19,7 @@ from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
 
-__all__ = ["cache", "dashboard", "devices", "export", "llm", "show", "transforms"]
+__all__ = ["cache", "dashboard", "devices", "export", "llm", "show", "stats", "transforms"]
 
 
 def _storage(args: argparse.Namespace) -> str:
@@ -180,3 +180,25 @@ def llm(args: argparse.Namespace) -> int:
     for message in report.messages:
         print(message)
     return 0 if report.ok else 2
+
+
+def stats(args: argparse.Namespace) -> int:
+    """`peak-tune stats`: LLM success per transformation, model and position."""
+    from peak_tune.appliers.llm.stats import read_records, summarize, write_csv
+
+    rows = summarize(read_records(Path(args.results) / "cache"))
+    if not rows:
+        raise UserError(f"no LLM calls recorded under {args.results} (run with --applier llm)")
+    print(f"{'transformation':<22} {'model':<18} {'pos':>3} {'apps':>5} {'ok %':>6} "
+          f"{'calls/ok':>8} {'tokens':>9}  failures")
+    for r in rows:
+        per = f"{r['mean_calls_to_success']:.2f}" if r["mean_calls_to_success"] else "-"
+        tokens = r["prompt_tokens"] + r["completion_tokens"]
+        failures = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "-"
+        print(f"{r['transformation']:<22} {r['model']:<18} {r['position']:>3} "
+              f"{r['applications']:>5} {100 * r['success_rate']:>6.1f} {per:>8} {tokens:>9}  "
+              f"{failures}")
+    if args.csv:
+        write_csv(rows, Path(args.csv))
+        print(f"wrote {args.csv}")
+    return 0

@@ -177,6 +177,7 @@ class TuneSession:
         self.encoding = self._encoding()
         self.study = self._study(backend_name)
         self.vendor: dict[str, tuple[str, Measurement]] = {}
+        self._journaled = 0  # LLM call records already written to the journal
 
     def _applier(self) -> Applier:
         """The reference applier, or the LLM one wired to this backend's compiler so
@@ -289,6 +290,7 @@ class TuneSession:
                     for item in batch:
                         record = self._finish(item)
                         self._tell(item.trial, record)
+                        self._journal_llm_calls()
                         done += 1
                         on_trial(record)
                 except BaseException as exc:
@@ -296,6 +298,16 @@ class TuneSession:
                     for item in batch:
                         self._fail_unfinished(item.trial, reason)
                     raise
+
+    def _journal_llm_calls(self) -> None:
+        """Append the LLM applier's new call records to the cache's journal."""
+        records = getattr(self.applier, "records", None)
+        if not records or len(records) <= self._journaled:
+            return
+        from peak_tune.appliers.llm.stats import append_records
+
+        append_records(self.cache.folder, records[self._journaled:])
+        self._journaled = len(records)
 
     @property
     def compile_workers(self) -> int:

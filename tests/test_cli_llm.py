@@ -3,6 +3,8 @@ the protocol, the real C backend and study."""
 
 from __future__ import annotations
 
+import csv
+import json
 import socket
 from pathlib import Path
 
@@ -41,6 +43,23 @@ def test_llm_applier_tunes_and_a_repeat_makes_no_call(tmp_path: Path) -> None:
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_stats_report_success_per_transformation_and_position(tmp_path: Path) -> None:
+    with LLMServer() as server:
+        server.script(reply(fenced(INTERCHANGED)), reply("I would rather not write code."))
+        for sequence in ("loop-interchange", "unroll-k"):
+            done = peak("--sequence", sequence, "--trials", "2", *SMALL, "--results",
+                        str(tmp_path), env=endpoint(server.url + "/v1"))
+            assert done.returncode == 0, done.stderr
+    table = tmp_path / "stats.csv"
+    shown = peak("stats", "--results", str(tmp_path), "--csv", str(table))
+    assert shown.returncode == 0, shown.stderr
+    rows = {r["transformation"]: r for r in csv.DictReader(table.open())}
+    assert rows["loop-interchange"]["success_rate"] == "1.0"
+    assert rows["loop-interchange"]["position"] == "0"
+    assert rows["unroll-k"]["success_rate"] == "0.0"
+    assert json.loads(rows["unroll-k"]["failures"]) == {"no_code": 1}
 
 
 def closed_port() -> int:

@@ -143,7 +143,8 @@ class LLMApplier:
         messages = pass_messages(current, transformation, step, index, device,
                                  self._size_symbols)
         for turn in range(self.config.repairs + 1):
-            where = Where(transformation.id, index, step.region, turn)
+            where = Where(transformation.id, index, step.region, turn,
+                          parent=parent.content_hash()[:16], position=len(parent.applied))
             reply, record = self._session.complete(messages, where)
             try:
                 source, launch = self._read_reply(parent, current, step, reply)

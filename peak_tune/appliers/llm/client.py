@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .config import LLMConfig
@@ -45,6 +45,9 @@ class CallRecord:
     completion_tokens: int = 0
     latency_s: float = 0.0
     message: str = ""
+    model: str = ""
+    parent: str = ""  # the parent variant's hash (16 hex): one application per parent
+    position: int = -1  # steps applied before this one in the sequence
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class Where:
     pass_index: int
     region: str
     turn: int
+    parent: str = ""
+    position: int = -1
 
 
 class ChatSession:
@@ -96,10 +101,8 @@ class ChatSession:
     def mark(self, index: int, outcome: str, message: str) -> None:
         """Set the outcome of record `index` once its reply has been judged."""
         with self._lock:
-            old = self.records[index]
-            self.records[index] = CallRecord(
-                old.transform_id, old.pass_index, old.region, old.turn, old.attempt, outcome,
-                old.prompt_tokens, old.completion_tokens, old.latency_s, message[:200])
+            self.records[index] = replace(self.records[index], outcome=outcome,
+                                          message=message[:200])
 
     def complete(self, messages: list[dict[str, str]], where: Where) -> tuple[str, int]:
         """The reply's text and the index of its record; EndpointError when every
@@ -141,7 +144,8 @@ class ChatSession:
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
         record = CallRecord(where.transform_id, where.pass_index, where.region, where.turn,
-                            attempt, outcome, prompt, completion, latency_s, message[:200])
+                            attempt, outcome, prompt, completion, latency_s, message[:200],
+                            self._config.model, where.parent, where.position)
         log.debug("%s pass %d turn %d attempt %d: %s (%d + %d tokens, %.2f s)",
                   where.transform_id, where.pass_index + 1, where.turn, attempt, outcome,
                   prompt, completion, latency_s)
