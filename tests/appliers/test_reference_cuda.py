@@ -24,14 +24,14 @@ from peak_tune.appliers.reference.cuda_matmul import (
     plan_of,
 )
 from peak_tune.backends._cuda_launch import check_launch, evaluate_launch
-from peak_tune.backends._nvrtc import nvrtc_version
 from peak_tune.backends.cuda import CudaBackend
 from peak_tune.catalog.loaders import load_device, load_spec, load_transformations
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
-from peak_tune.errors import ApplyError, BackendUnavailable, CompileError, InvalidPoint
+from peak_tune.errors import ApplyError, CompileError, InvalidPoint
 from peak_tune.expr import evaluate_bool
 from peak_tune.pipeline import seed_context
+from tests.nvrtc import needs_nvrtc
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ROOT / "backends" / "devices"
@@ -54,18 +54,6 @@ ORDERS = (  # the same or overlapping steps in different legal orders
 )
 TENSOR_STEPS = {"tensor-core", "tensor-tiling", "ldmatrix"}
 SIZES = {"M": 512, "N": 512, "K": 512}
-
-
-def _nvrtc_missing() -> str | None:
-    try:
-        nvrtc_version()
-    except BackendUnavailable as exc:
-        return str(exc)
-    return None
-
-
-needs_nvrtc = pytest.mark.skipif(_nvrtc_missing() is not None,
-                                 reason=f"NVRTC not available: {_nvrtc_missing()}")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from peak_tune.backends._cuda_launch import evaluate_launch
 from peak_tune.backends._nvrtc import (
     compile_cubin,
     cubin_resources,
-    nvrtc_version,
     ptxas_resources,
 )
 from peak_tune.backends.cuda import CudaBackend
@@ -34,6 +33,7 @@ from peak_tune.errors import (
     UserError,
 )
 from peak_tune.pipeline import seed_context
+from tests.nvrtc import needs_nvrtc
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ROOT / "backends" / "devices"
@@ -52,18 +52,6 @@ extern "C" __global__ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int 
     C[i] = (DTYPE)tile[(i + 1) % (TILE * TILE)];
 }
 """
-
-
-def _nvrtc_missing() -> str | None:
-    try:
-        nvrtc_version()
-    except BackendUnavailable as exc:
-        return str(exc)
-    return None
-
-
-needs_nvrtc = pytest.mark.skipif(_nvrtc_missing() is not None,
-                                 reason=f"NVRTC not available: {_nvrtc_missing()}")
 
 
 @pytest.fixture(scope="module")
