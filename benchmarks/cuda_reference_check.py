@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from peak_tune.appliers.reference.cuda_matmul import apply_transformation  # noqa: E402
 from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
-from peak_tune.backends.cuda import CudaBackend  # noqa: E402
+from peak_tune.backends.cuda import CudaBackend, profile_for_gpu, visible_gpu  # noqa: E402
 from peak_tune.catalog.loaders import load_devices, load_spec, load_transformations  # noqa: E402
 from peak_tune.catalog.types import DeviceProfile  # noqa: E402
 from peak_tune.core import KernelContext, Measurement, ProblemSize  # noqa: E402
@@ -116,17 +116,11 @@ SWEEP: tuple[tuple[str, tuple[str, ...], Mapping[str, int],
 
 
 def this_gpu_profile() -> DeviceProfile:
-    import cupy
-
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    arch = f"sm_{props['major']}{props['minor']}"
-    found = [p for p in load_devices([ROOT / "backends" / "devices"]).values()
-             if p.backend == "cuda" and str(p.facts.get("arch", "")).rstrip("a") == arch]
-    named = [p for p in found if p.name.upper() in name.upper()]
-    if not (named or found):
+    name, arch = visible_gpu()
+    found = profile_for_gpu(name, arch, load_devices([ROOT / "backends" / "devices"]).values())
+    if found is None:
         raise SystemExit(f"no device profile for {name} ({arch})")
-    return (named or found)[0]
+    return found
 
 
 def build(sequence: tuple[str, ...], device: DeviceProfile) -> KernelContext:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ from peak_tune.errors import (
 from peak_tune.expr import evaluate, names_in
 from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
 
-__all__ = ["FLAGS", "HARNESS_VERSION", "CudaBackend"]
+__all__ = ["FLAGS", "HARNESS_VERSION", "CudaBackend", "profile_for_gpu", "visible_gpu"]
 
 _log = logging.getLogger(__name__)
 
@@ -344,3 +344,23 @@ def _write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
     temporary.write_bytes(data)
     os.replace(temporary, path)
+
+
+def profile_for_gpu(name: str, arch: str,
+                    profiles: Iterable[DeviceProfile]) -> DeviceProfile | None:
+    """The CUDA profile for a GPU called `name` with compute capability `arch` (sm_90):
+    one whose name appears in the GPU's, else any of the same architecture."""
+    same_arch = [p for p in profiles
+                 if p.backend == "cuda" and str(p.facts.get("arch", "")).rstrip("a") == arch]
+    named = [p for p in same_arch if p.name.upper() in name.upper()]
+    candidates = named or same_arch
+    return candidates[0] if candidates else None
+
+
+def visible_gpu() -> tuple[str, str]:
+    """(name, sm_XY) of device 0 as CuPy sees it."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return name, f"sm_{props['major']}{props['minor']}"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from peak_tune.backends.base import EvalConfig, EvalRequest
-from peak_tune.backends.cuda import CudaBackend
+from peak_tune.backends.cuda import CudaBackend, profile_for_gpu, visible_gpu
 from peak_tune.catalog.loaders import load_devices, load_spec
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
@@ -47,17 +47,11 @@ def spec() -> KernelSpec:
 @pytest.fixture(scope="module")
 def profile() -> DeviceProfile:
     """The device profile of this GPU: same architecture, by name where one matches."""
-    import cupy
-
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    arch = f"sm_{props['major']}{props['minor']}"
-    profiles = [p for p in load_devices([ROOT / "backends" / "devices"]).values()
-                if p.backend == "cuda" and str(p.facts.get("arch", "")).rstrip("a") == arch]
-    if not profiles:
-        pytest.skip(f"no device profile for {name} ({arch})")
-    named = [p for p in profiles if p.name.upper() in name.upper()]
-    return (named or profiles)[0]
+    name, arch = visible_gpu()
+    found = profile_for_gpu(name, arch, load_devices([ROOT / "backends" / "devices"]).values())
+    if found is None:
+        pytest.skip(reason=f"no device profile for {name} ({arch})")
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ from peak_tune.backends._nvrtc import (
     cubin_resources,
     ptxas_resources,
 )
-from peak_tune.backends.cuda import CudaBackend
-from peak_tune.catalog.loaders import load_device, load_spec
+from peak_tune.backends.cuda import CudaBackend, profile_for_gpu
+from peak_tune.catalog.loaders import load_device, load_devices, load_spec
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec
 from peak_tune.errors import (
@@ -287,3 +287,15 @@ def test_probe_without_a_gpu_says_what_to_install(backend: CudaBackend) -> None:
                        match=r"CUDA backend needs a GPU and cupy: pip install 'peak-tune\[cuda\]' "
                              r"\(.+\)"):
         backend.probe()
+
+
+def test_the_visible_gpu_finds_its_profile() -> None:
+    profiles = list(load_devices([ROOT / "backends" / "devices"]).values())
+    for gpu, arch, expected in [("NVIDIA H200", "sm_90", "h200"),
+                                ("NVIDIA H100 80GB HBM3", "sm_90", "h100"),
+                                ("NVIDIA A100-SXM4-80GB", "sm_80", "a100")]:
+        found = profile_for_gpu(gpu, arch, profiles)
+        assert found is not None and found.name == expected
+    unnamed = profile_for_gpu("Some Future GPU", "sm_90", profiles)
+    assert unnamed is not None and unnamed.name in {"h200", "h100"}
+    assert profile_for_gpu("NVIDIA RTX 4090", "sm_89", profiles) is None
