@@ -18,6 +18,7 @@ from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
+from peak_tune.storage import open_storage, results_storage_url
 
 __all__ = ["cache", "dashboard", "devices", "export", "llm", "show", "stats", "transforms"]
 
@@ -28,14 +29,15 @@ def _storage(args: argparse.Namespace) -> str:
     db = Path(args.results) / "peak.db"
     if not db.is_file():
         raise UserError(f"no study database at {db} (run `peak-tune` first, or give --results)")
-    return f"sqlite:///{db.resolve()}"
+    return results_storage_url(Path(args.results))
 
 
 def _load_study(args: argparse.Namespace) -> optuna.Study:
-    storage = _storage(args)
+    url = _storage(args)
+    storage = open_storage(url)
     summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
     if not summaries:
-        raise UserError(f"no study in {storage}")
+        raise UserError(f"no study in {url}")
     names = [s.study_name for s in summaries]
     if args.study:
         if args.study not in names:

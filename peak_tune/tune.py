@@ -7,6 +7,7 @@ the study and the cache.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import BaseStorage
 
 from peak_tune.appliers import make_applier
 from peak_tune.appliers.base import Applier
@@ -36,6 +38,7 @@ from peak_tune.search.space import (
     SubsetEncoding,
     suggest_params,
 )
+from peak_tune.storage import open_storage, results_storage_url
 
 __all__ = ["TrialRecord", "TuneConfig", "TuneSession", "open_session"]
 
@@ -212,7 +215,7 @@ class TuneSession:
 
     @property
     def storage_url(self) -> str:
-        return self.config.storage or f"sqlite:///{(self.config.results / 'peak.db').resolve()}"
+        return self.config.storage or results_storage_url(self.config.results)
 
     def _study(self, backend_name: str) -> optuna.Study:
         c = self.config
@@ -220,16 +223,20 @@ class TuneSession:
             "kernel": self.spec.name, "backend": backend_name, "device": self.device.name,
             "dtype": c.dtype, "sizes": [s.label() for s in self.sizes],
         }
-        name = c.study or self._new_study_name(identity)
+        storage = open_storage(self.storage_url)
         multi = is_multi_objective(c.sampler)
-        study = optuna.create_study(
-            storage=self.storage_url, study_name=name, load_if_exists=True,
-            sampler=make_sampler(c.sampler, c.seed),
-            directions=["maximize", "minimize"] if multi else ["maximize"],
-        )
+
+        def create(name: str, resume: bool) -> optuna.Study:
+            return optuna.create_study(
+                storage=storage, study_name=name, load_if_exists=resume,
+                sampler=make_sampler(c.sampler, c.seed),
+                directions=["maximize", "minimize"] if multi else ["maximize"],
+            )
+
+        study = create(c.study, True) if c.study else self._new_study(storage, create)
         existing = study.user_attrs.get("identity")
         if existing and existing != identity:
-            raise UserError(f"study {name!r} was made for {existing}, not {identity}")
+            raise UserError(f"study {study.study_name!r} was made for {existing}, not {identity}")
         if not existing:
             study.set_user_attr("identity", identity)
             study.set_user_attr("applier", self.applier.identity)
@@ -237,19 +244,28 @@ class TuneSession:
             study.enqueue_trial(self._seed_params(), skip_if_exists=True)
         return study
 
-    def _new_study_name(self, identity: dict[str, Any]) -> str:
-        """A fresh name per run: `<kernel>-<device>-<dtype>-<sizes>[-fixed]-run<N>`.
+    def _new_study(self, storage: BaseStorage,
+                   create: Callable[[str, bool], optuna.Study]) -> optuna.Study:
+        """A fresh study per run: `<kernel>-<device>-<dtype>-<sizes>[-fixed]-run<N>`.
 
         With the same seed a new run asks for the same points as the last one, so the
-        cache answers all of them; `--study NAME` resumes a study instead.
+        cache answers all of them; `--study NAME` resumes a study instead. Two runs
+        started at once on one storage take different numbers.
         """
         base = "-".join([self.spec.name, self.device.name, self.config.dtype,
-                         "_".join(identity["sizes"])])
+                         "_".join(s.label() for s in self.sizes)])
         if self.config.sequence:
             base += "-fixed"
-        taken = set(optuna.get_all_study_names(self.storage_url))
-        return next(f"{base}-run{n}" for n in range(1, len(taken) + 2)
-                    if f"{base}-run{n}" not in taken)
+        taken = {s.study_name for s in storage.get_all_studies()}
+        for n in itertools.count(1):
+            name = f"{base}-run{n}"
+            if name in taken:
+                continue
+            try:
+                return create(name, False)
+            except optuna.exceptions.DuplicatedStudyError:
+                taken.add(name)  # another run took it between the listing and now
+        raise AssertionError("unreachable")
 
     def _seed_params(self) -> dict[str, Any]:
         if self.config.encoding == "steps":
