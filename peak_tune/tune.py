@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage
+from optuna.study import StudyDirection
 
 from peak_tune.appliers import make_applier
 from peak_tune.appliers.base import Applier
@@ -39,10 +41,13 @@ from peak_tune.search.space import (
     suggest_params,
 )
 from peak_tune.storage import open_storage, results_storage_url
+from peak_tune.study_mirror import open_mirrored_study
 
 __all__ = ["TrialRecord", "TuneConfig", "TuneSession", "open_session"]
 
 log = logging.getLogger(__name__)
+
+PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,11 @@ def _default_device(catalog: Catalog, backend: str | None) -> str:
     raise UserError(f"--backend {backend} needs --device (one of {', '.join(choices)})")
 
 
+def _reason(exc: BaseException) -> str:
+    """Why the run stopped in a trial, as its failure message."""
+    return str(exc) if isinstance(exc, UserError) else "interrupted"
+
+
 def geometric_mean(values: list[float]) -> float:
     if not values or min(values) <= 0:
         return 0.0
@@ -181,6 +191,7 @@ class TuneSession:
         self.study = self._study(backend_name)
         self.vendor: dict[str, tuple[str, Measurement]] = {}
         self._journaled = 0  # LLM call records already written to the journal
+        self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
 
     def _applier(self) -> Applier:
         """The reference applier, or the LLM one wired to this backend's compiler so
@@ -218,34 +229,38 @@ class TuneSession:
         return self.config.storage or results_storage_url(self.config.results)
 
     def _study(self, backend_name: str) -> optuna.Study:
+        """The working (in-memory) study; `self.mirror` writes it through to storage."""
         c = self.config
         identity = {
             "kernel": self.spec.name, "backend": backend_name, "device": self.device.name,
             "dtype": c.dtype, "sizes": [s.label() for s in self.sizes],
         }
-        storage = open_storage(self.storage_url)
-        multi = is_multi_objective(c.sampler)
+        maximize, minimize = StudyDirection.MAXIMIZE, StudyDirection.MINIMIZE
+        directions = [maximize, minimize] if is_multi_objective(c.sampler) else [maximize]
 
-        def create(name: str, resume: bool) -> optuna.Study:
-            return optuna.create_study(
-                storage=storage, study_name=name, load_if_exists=resume,
-                sampler=make_sampler(c.sampler, c.seed),
-                directions=["maximize", "minimize"] if multi else ["maximize"],
-            )
+        def create(storage: BaseStorage, name: str, resume: bool) -> optuna.Study:
+            return optuna.create_study(storage=storage, study_name=name,
+                                       load_if_exists=resume, directions=directions)
 
-        study = create(c.study, True) if c.study else self._new_study(storage, create)
+        self.mirror = open_mirrored_study(
+            open_storage(self.storage_url),
+            lambda storage: (create(storage, c.study, True) if c.study
+                             else self._new_study(storage, create)),
+            make_sampler(c.sampler, c.seed),
+        )
+        study = self.mirror.working
         existing = study.user_attrs.get("identity")
         if existing and existing != identity:
             raise UserError(f"study {study.study_name!r} was made for {existing}, not {identity}")
         if not existing:
-            study.set_user_attr("identity", identity)
-            study.set_user_attr("applier", self.applier.identity)
+            self.mirror.set_user_attr("identity", identity)
+            self.mirror.set_user_attr("applier", self.applier.identity)
         if not study.trials and not c.sequence:
             study.enqueue_trial(self._seed_params(), skip_if_exists=True)
         return study
 
     def _new_study(self, storage: BaseStorage,
-                   create: Callable[[str, bool], optuna.Study]) -> optuna.Study:
+                   create: Callable[[BaseStorage, str, bool], optuna.Study]) -> optuna.Study:
         """A fresh study per run: `<kernel>-<device>-<dtype>-<sizes>[-fixed]-run<N>`.
 
         With the same seed a new run asks for the same points as the last one, so the
@@ -262,7 +277,7 @@ class TuneSession:
             if name in taken:
                 continue
             try:
-                return create(name, False)
+                return create(storage, name, False)
             except optuna.exceptions.DuplicatedStudyError:
                 taken.add(name)  # another run took it between the listing and now
         raise AssertionError("unreachable")
@@ -288,32 +303,60 @@ class TuneSession:
 
     def run(self, trials: int, on_trial: Callable[[TrialRecord], None],
             should_stop: Callable[[], bool] = lambda: False) -> None:
-        """Run up to `trials` trials; `should_stop` is asked before each batch.
+        """Run up to `trials` trials; `should_stop` is asked before each new trial.
 
-        Trials go in batches of `compile_workers`: all of a batch are asked for (TPE's
-        constant liar keeps them apart) and built in parallel, then timed one by one,
-        so the device never times two kernels at once and never waits for a compiler.
+        Trials flow through a window of `in_flight`: each is asked for (TPE's constant
+        liar keeps them apart), applied, and built on the compile pool while the ones
+        before it are timed one at a time on the timer thread. So the device never times
+        two kernels at once and rarely waits for a compiler or for the sampler. Results
+        are told in the order asked, which keeps a seeded run repeatable.
         """
-        done = 0
-        with ThreadPoolExecutor(max_workers=self.compile_workers) as pool:
-            while done < trials and not should_stop():
-                batch: list[_Started] = []
-                try:
-                    for _ in range(min(self.compile_workers, trials - done)):
-                        trial = self.study.ask()
-                        batch.append(_Started(trial, time.perf_counter()))
-                        self._start(batch[-1], pool)
-                    for item in batch:
-                        record = self._finish(item)
-                        self._tell(item.trial, record)
-                        self._journal_llm_calls()
-                        done += 1
-                        on_trial(record)
-                except BaseException as exc:
-                    reason = str(exc) if isinstance(exc, UserError) else "interrupted"
-                    for item in batch:
-                        self._fail_unfinished(item.trial, reason)
-                    raise
+        asked = 0
+        pending: deque[tuple[_Started, Future[TrialRecord]]] = deque()
+        builds = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="build")
+        timer = ThreadPoolExecutor(1, thread_name_prefix="timer")
+        try:
+            while True:
+                while len(pending) < self.in_flight and asked < trials and not should_stop():
+                    self._pull_other_drivers()
+                    item = _Started(self.study.ask(), time.perf_counter())
+                    asked += 1
+                    try:
+                        self._start(item, builds)
+                    except BaseException as exc:
+                        self._fail_unfinished(item.trial, _reason(exc))
+                        raise
+                    pending.append((item, timer.submit(self._finish, item)))
+                if not pending:
+                    break
+                item, result = pending[0]
+                record = result.result()
+                self._tell(item.trial, record)
+                pending.popleft()
+                self._journal_llm_calls()
+                on_trial(record)
+        except BaseException as exc:
+            for item, result in pending:
+                result.cancel()
+                self._fail_unfinished(item.trial, _reason(exc))
+            raise
+        finally:
+            timer.shutdown(wait=True, cancel_futures=True)
+            builds.shutdown(wait=True, cancel_futures=True)
+            self.mirror.flush()
+
+    def _pull_other_drivers(self) -> None:
+        """Every few seconds, take in trials other drivers of this study finished."""
+        now = time.monotonic()
+        if now - self._last_pull >= PULL_EVERY_S:
+            self._last_pull = now
+            self.mirror.pull()
+
+    @property
+    def in_flight(self) -> int:
+        """Trials between `ask` and `tell` at once: 1 for the C backend, whose timing
+        must not share the CPU with a compiler; else enough to keep builds ahead."""
+        return 1 if self.compile_workers == 1 else 2 * self.compile_workers
 
     def _journal_llm_calls(self) -> None:
         """Append the LLM applier's new call records to the cache's journal."""
@@ -339,6 +382,7 @@ class TuneSession:
             trial.set_user_attr("status", "interrupted")
             trial.set_user_attr("message", reason[:500])
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        self.mirror.finished(trial.number)
 
     def _start(self, item: _Started, pool: ThreadPoolExecutor) -> None:
         """Choose the sequence and values, apply, and start the build if one is needed."""
@@ -415,6 +459,7 @@ class TuneSession:
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.mirror.finished(trial.number)
 
     # ------------------------------------------------------------------ results
 
@@ -449,7 +494,7 @@ class TuneSession:
                 sanitize(artifact, request)
             except EvaluationError as exc:
                 rejected = self.study.user_attrs.get("sanitizer_rejected", [])
-                self.study.set_user_attr("sanitizer_rejected", [*rejected, trial.number])
+                self.mirror.set_user_attr("sanitizer_rejected", [*rejected, trial.number])
                 lines.append(f"trial {trial.number}: rejected: {exc}")
                 continue
             lines.append(f"trial {trial.number}: compute-sanitizer found nothing")
@@ -461,7 +506,11 @@ class TuneSession:
         return best.values[0] if best else 0.0
 
     def close(self) -> None:
-        self.backend.close()
+        """Write every finished trial to the storage and stop the backend's workers."""
+        try:
+            self.mirror.close()
+        finally:
+            self.backend.close()
 
 
 def open_session(config: TuneConfig) -> TuneSession:

@@ -1,0 +1,65 @@
+"""The in-memory working study and its write-through to the persistent storage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from peak_tune.storage import open_storage, results_storage_url
+from peak_tune.study_mirror import StudyMirror, open_mirrored_study
+
+
+def _driver(url: str) -> StudyMirror:
+    return open_mirrored_study(
+        open_storage(url),
+        lambda storage: optuna.create_study(storage=storage, study_name="shared",
+                                            load_if_exists=True, direction="maximize"),
+        optuna.samplers.RandomSampler(seed=0),
+    )
+
+
+def _run(mirror: StudyMirror, trials: int) -> None:
+    for _ in range(trials):
+        trial = mirror.working.ask()
+        value = trial.suggest_float("x", 0, 1)
+        trial.set_user_attr("note", "kept")
+        mirror.working.tell(trial, value)
+        mirror.finished(trial.number)
+    mirror.flush()
+
+
+def test_finished_trials_reach_the_storage_and_running_ones_do_not(tmp_path: Path) -> None:
+    url = results_storage_url(tmp_path)
+    mirror = _driver(url)
+    _run(mirror, 4)
+    mirror.working.ask()  # left running, as by a driver killed mid-trial
+    mirror.close()
+    stored = optuna.load_study(study_name="shared", storage=url).trials
+    assert [t.state for t in stored] == [optuna.trial.TrialState.COMPLETE] * 4
+    assert all(t.user_attrs["note"] == "kept" for t in stored)
+    assert [t.params for t in stored] == [t.params for t in mirror.working.trials[:4]]
+
+
+def test_a_resumed_driver_starts_from_every_finished_trial(tmp_path: Path) -> None:
+    url = results_storage_url(tmp_path)
+    first = _driver(url)
+    _run(first, 3)
+    first.close()
+    again = _driver(url)
+    assert len(again.working.trials) == 3
+    assert again.working.best_value == first.working.best_value
+
+
+def test_two_drivers_of_one_study_see_each_other_without_duplicates(tmp_path: Path) -> None:
+    url = results_storage_url(tmp_path)
+    a, b = _driver(url), _driver(url)
+    _run(a, 3)
+    assert b.pull() == 3
+    _run(b, 2)
+    assert a.pull() == 2
+    assert a.pull() == 0  # nothing new, nothing taken twice
+    assert len(a.working.trials) == len(b.working.trials) == 5
+    a.close()
+    b.close()
+    assert len(optuna.load_study(study_name="shared", storage=url).trials) == 5
