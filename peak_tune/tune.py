@@ -14,7 +14,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,12 @@ from optuna.study import StudyDirection
 from peak_tune.appliers import make_applier
 from peak_tune.appliers.base import Applier
 from peak_tune.backends import BACKENDS, make_backend
-from peak_tune.backends.base import Artifact, Backend, EvalConfig
+from peak_tune.backends.base import Backend, EvalConfig
 from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Status
 from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
+from peak_tune.executors import EvalJob, Executor, LocalExecutor
 from peak_tune.pipeline import Pipeline, PipelineSetup
 from peak_tune.search.samplers import is_multi_objective, make_sampler
 from peak_tune.search.space import (
@@ -87,7 +88,7 @@ class _Started:
     chain: list[KernelContext] = field(default_factory=list)
     params: dict[str, int] = field(default_factory=dict)
     early: tuple[Status, str] | None = None  # decided without running anything
-    build: Future[Artifact] | None = None
+    outcomes: Future[list[Outcome]] | None = None  # one per tuned size, from the executor
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ class TuneSession:
         self.vendor: dict[str, tuple[str, Measurement]] = {}
         self._journaled = 0  # LLM call records already written to the journal
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
+        self.executor: Executor = LocalExecutor(self.pipeline, self.compile_workers)
 
     def _applier(self) -> Applier:
         """The reference applier, or the LLM one wired to this backend's compiler so
@@ -305,44 +307,36 @@ class TuneSession:
             should_stop: Callable[[], bool] = lambda: False) -> None:
         """Run up to `trials` trials; `should_stop` is asked before each new trial.
 
-        Trials flow through a window of `in_flight`: each is asked for (TPE's constant
-        liar keeps them apart), applied, and built on the compile pool while the ones
-        before it are timed one at a time on the timer thread. So the device never times
-        two kernels at once and rarely waits for a compiler or for the sampler. Results
-        are told in the order asked, which keeps a seeded run repeatable.
+        Trials flow through a window of the executor's `slots`: each is asked for (TPE's
+        constant liar keeps them apart) and applied here, then built and timed by the
+        executor while the next ones are prepared, so the devices rarely wait for a
+        compiler or for the sampler. Results are told in the order asked, which keeps a
+        seeded run repeatable.
         """
         asked = 0
-        pending: deque[tuple[_Started, Future[TrialRecord]]] = deque()
-        builds = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="build")
-        timer = ThreadPoolExecutor(1, thread_name_prefix="timer")
+        pending: deque[_Started] = deque()
         try:
             while True:
-                while len(pending) < self.in_flight and asked < trials and not should_stop():
+                while (len(pending) < self.executor.slots and asked < trials
+                       and not should_stop()):
                     self._pull_other_drivers()
-                    item = _Started(self.study.ask(), time.perf_counter())
+                    pending.append(_Started(self.study.ask(), time.perf_counter()))
                     asked += 1
-                    try:
-                        self._start(item, builds)
-                    except BaseException as exc:
-                        self._fail_unfinished(item.trial, _reason(exc))
-                        raise
-                    pending.append((item, timer.submit(self._finish, item)))
+                    self._start(pending[-1])
                 if not pending:
                     break
-                item, result = pending[0]
-                record = result.result()
-                self._tell(item.trial, record)
+                record = self._finish(pending[0])
+                self._tell(pending[0].trial, record)
                 pending.popleft()
                 self._journal_llm_calls()
                 on_trial(record)
         except BaseException as exc:
-            for item, result in pending:
-                result.cancel()
+            for item in pending:
+                if item.outcomes:
+                    item.outcomes.cancel()
                 self._fail_unfinished(item.trial, _reason(exc))
             raise
         finally:
-            timer.shutdown(wait=True, cancel_futures=True)
-            builds.shutdown(wait=True, cancel_futures=True)
             self.mirror.flush()
 
     def _pull_other_drivers(self) -> None:
@@ -351,12 +345,6 @@ class TuneSession:
         if now - self._last_pull >= PULL_EVERY_S:
             self._last_pull = now
             self.mirror.pull()
-
-    @property
-    def in_flight(self) -> int:
-        """Trials between `ask` and `tell` at once: 1 for the C backend, whose timing
-        must not share the CPU with a compiler; else enough to keep builds ahead."""
-        return 1 if self.compile_workers == 1 else 2 * self.compile_workers
 
     def _journal_llm_calls(self) -> None:
         """Append the LLM applier's new call records to the cache's journal."""
@@ -384,8 +372,8 @@ class TuneSession:
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         self.mirror.finished(trial.number)
 
-    def _start(self, item: _Started, pool: ThreadPoolExecutor) -> None:
-        """Choose the sequence and values, apply, and start the build if one is needed."""
+    def _start(self, item: _Started) -> None:
+        """Choose the sequence and values, apply, and hand the point to the executor."""
         try:
             item.sequence = self.encoding.suggest(item.trial)
             item.chain = self.pipeline.build(item.sequence)
@@ -398,8 +386,13 @@ class TuneSession:
         variant = item.chain[-1]
         item.params = suggest_params(item.trial, variant)
         item.trial.set_user_attr("context_hash", variant.content_hash())
-        if any(self.pipeline.must_run(variant, item.params, size) for size in self.sizes):
-            item.build = pool.submit(self.pipeline.compile, variant, item.params)
+        item.outcomes = self.executor.submit(self._job(variant, item.params))
+
+    def _job(self, variant: KernelContext, params: dict[str, int]) -> EvalJob:
+        """The point at every tuned size; far slower than the best so far is timed once."""
+        best = [self.best_median_ms(size) for size in self.sizes]
+        return EvalJob(variant, params, tuple(self.sizes),
+                       tuple(20 * ms if ms else 0.0 for ms in best))
 
     def _finish(self, item: _Started) -> TrialRecord:
         def ended(status: Status, message: str = "", gflops: float = 0.0,
@@ -407,11 +400,9 @@ class TuneSession:
             return TrialRecord(item.trial.number, status, tuple(item.sequence), item.params,
                                gflops, message, cached, time.perf_counter() - item.started)
 
-        if item.early:
-            return ended(*item.early)
-        variant = item.chain[-1]
-        outcomes = [self._evaluate(variant, item.params, size, item.build)
-                    for size in self.sizes]
+        if item.early or item.outcomes is None:
+            return ended(*(item.early or (Status.RUNTIME_ERROR, "not evaluated")))
+        outcomes = item.outcomes.result()
         failed = next((o for o in outcomes if o.status is not Status.OK), None)
         if failed:
             return ended(failed.status, failed.message, cached=failed.cached)
@@ -424,13 +415,6 @@ class TuneSession:
         return ended(Status.OK, gflops=geometric_mean([o.gflops for o in outcomes]),
                      cached=all(o.cached for o in outcomes))
 
-    def _evaluate(self, variant: KernelContext, params: dict[str, int], size: ProblemSize,
-                  build: Future[Artifact] | None = None) -> Outcome:
-        best = self.best_median_ms(size)
-        cutoff = 20 * best if best else 0.0
-        return self.pipeline.evaluate(variant, params, size, slow_cutoff_ms=cutoff,
-                                      artifact=build)
-
     def best_median_ms(self, size: ProblemSize) -> float | None:
         flops = self.pipeline.flops(size)
         best = self.best_gflops()
@@ -440,7 +424,7 @@ class TuneSession:
         """Speed after each step of the sequence (the intermediate values)."""
         for step, prefix in enumerate(chain[:-1]):
             values = {p.name: params[p.name] for p in prefix.params}
-            outcomes = [self._evaluate(prefix, values, size) for size in self.sizes]
+            outcomes = self.executor.submit(self._job(prefix, values)).result()
             trial.report(geometric_mean([o.gflops for o in outcomes]), step)
 
     def _tell(self, trial: optuna.Trial, record: TrialRecord) -> None:
@@ -508,6 +492,7 @@ class TuneSession:
     def close(self) -> None:
         """Write every finished trial to the storage and stop the backend's workers."""
         try:
+            self.executor.close()
             self.mirror.close()
         finally:
             self.backend.close()
