@@ -84,6 +84,15 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile-workers", type=int, default=0, metavar="N",
                    help="variants built in parallel while one is timed (default: 1 for the "
                         "C backend, one per core for GPU backends)")
+    p.add_argument("--executor", default="auto", choices=("auto", "local", "ray"),
+                   help="where evaluations run: local (this process) or ray (one worker per "
+                        "device, on this machine or a cluster); auto picks ray with more than "
+                        "one GPU or with --ray-address")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="join this Ray cluster (e.g. ray://head:10001 or auto)")
+    p.add_argument("--ray-workers", type=int, default=0, metavar="N",
+                   help="device workers on Ray (default: one per GPU; the C backend: one "
+                        "per node)")
     p.add_argument("--sanitize", action="store_true",
                    help="run compute-sanitizer (memcheck, racecheck) on the winners (cuda)")
     p.add_argument("--json", action="store_true",
@@ -153,6 +162,7 @@ def _tune(args: argparse.Namespace) -> int:
         only=tuple(s for s in (args.transforms or "").split(",") if s),
         replay=Path(args.replay) if args.replay else None,
         step_values=args.step_values, compile_workers=args.compile_workers,
+        executor=args.executor, ray_address=args.ray_address, ray_workers=args.ray_workers,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),
     )
     started = time.perf_counter()

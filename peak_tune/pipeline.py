@@ -36,7 +36,8 @@ from peak_tune.errors import (
 from peak_tune.expr import evaluate_bool, evaluate_int
 from peak_tune.validation import applicable_sizes, require_size_constraints
 
-__all__ = ["Pipeline", "PipelineSetup", "check_sequence", "seed_context"]
+__all__ = ["Pipeline", "PipelineSetup", "check_sequence", "evaluate_built", "make_request",
+           "outcome_of_error", "seed_context"]
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class Pipeline:
         self.seed = seed_context(setup.spec, backend.name)
         self.cache.put_context(self.seed)
         self._fingerprint = dict(backend.fingerprint())
-        self._lock = threading.Lock()
+        self.counter_lock = threading.Lock()  # cache counters, from several threads
         spec = setup.spec
         self._spec_identity = stable_hash(
             [spec.reference, spec.error_scale, dict(spec.tolerances), spec.flops,
@@ -160,7 +161,7 @@ class Pipeline:
         artifact = self.backend.compile(context, values, self.setup.dtype,
                                         str(self.cache.builds))
         if not artifact.reused:
-            with self._lock:
+            with self.counter_lock:
                 self.cache.counters.compiles += 1
         return artifact
 
@@ -223,11 +224,12 @@ class Pipeline:
     def request(self, context: KernelContext, values: Mapping[str, int], size: ProblemSize,
                 slow_cutoff_ms: float) -> EvalRequest:
         """What the backend is asked to validate and time for one point."""
-        return EvalRequest(
-            spec=self.setup.spec, context=context, params=values, dtype=self.setup.dtype,
-            size=size, check_sizes=applicable_sizes(context, values, self.setup.spec.check_sizes),
-            config=replace(self.setup.eval_config, slow_cutoff_ms=slow_cutoff_ms),
-        )
+        return make_request(self.setup, context, values, size, slow_cutoff_ms)
+
+    def store(self, context: KernelContext, params: Mapping[str, int], size: ProblemSize,
+              outcome: Outcome) -> None:
+        """Keep an outcome evaluated elsewhere (a Ray worker): the driver writes the cache."""
+        self.cache.put_evaluation(self._key(context, params, size), outcome)
 
     def _evaluate_uncached(
         self,
@@ -240,16 +242,40 @@ class Pipeline:
         values = {p.name: params[p.name] for p in context.params}
         try:
             built = artifact.result() if artifact else self.compile(context, values)
-            request = self.request(context, values, size, slow_cutoff_ms)
-            measurement = self.backend.evaluate(built, request)
-        except InvalidPoint as exc:  # resources (threads, shared memory) the device lacks
-            return Outcome(Status.INVALID, message=str(exc))
-        except EvaluationError as exc:
-            status = next((s for cls, s in _STATUS_OF.items() if isinstance(exc, cls)),
-                          Status.RUNTIME_ERROR)
-            log.info("%s: %s", status.value, exc)
-            return Outcome(status, message=str(exc), detail=exc.detail)
-        return Outcome(Status.OK, measurement=measurement)
+        except (InvalidPoint, EvaluationError) as exc:
+            return outcome_of_error(exc)
+        return evaluate_built(self.backend, self.setup, built, context, values, size,
+                              slow_cutoff_ms)
+
+
+def make_request(setup: PipelineSetup, context: KernelContext, values: Mapping[str, int],
+                 size: ProblemSize, slow_cutoff_ms: float) -> EvalRequest:
+    return EvalRequest(
+        spec=setup.spec, context=context, params=values, dtype=setup.dtype,
+        size=size, check_sizes=applicable_sizes(context, values, setup.spec.check_sizes),
+        config=replace(setup.eval_config, slow_cutoff_ms=slow_cutoff_ms),
+    )
+
+
+def evaluate_built(backend: Backend, setup: PipelineSetup, built: Artifact,
+                   context: KernelContext, values: Mapping[str, int], size: ProblemSize,
+                   slow_cutoff_ms: float) -> Outcome:
+    """Validate and time a built variant; the kernel's failures become Outcomes."""
+    try:
+        request = make_request(setup, context, values, size, slow_cutoff_ms)
+        return Outcome(Status.OK, measurement=backend.evaluate(built, request))
+    except (InvalidPoint, EvaluationError) as exc:
+        return outcome_of_error(exc)
+
+
+def outcome_of_error(exc: InvalidPoint | EvaluationError) -> Outcome:
+    """The one place where a typed error of a backend becomes a Status."""
+    if isinstance(exc, InvalidPoint):  # resources (threads, shared memory) the device lacks
+        return Outcome(Status.INVALID, message=str(exc))
+    status = next((s for cls, s in _STATUS_OF.items() if isinstance(exc, cls)),
+                  Status.RUNTIME_ERROR)
+    log.info("%s: %s", status.value, exc)
+    return Outcome(status, message=str(exc), detail=exc.detail)
 
 
 def _shown(params: Mapping[str, int]) -> str:

@@ -31,7 +31,7 @@ from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Status
 from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
-from peak_tune.executors import EvalJob, Executor, LocalExecutor
+from peak_tune.executors import EvalJob, Executor, LocalExecutor, choose_executor
 from peak_tune.pipeline import Pipeline, PipelineSetup
 from peak_tune.search.samplers import is_multi_objective, make_sampler
 from peak_tune.search.space import (
@@ -75,6 +75,9 @@ class TuneConfig:
     max_steps: int = 12
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
+    executor: str = "auto"  # local, ray, or auto: ray with several GPUs or a Ray address
+    ray_address: str | None = None
+    ray_workers: int = 0  # device actors on Ray; 0: one per GPU (per node for C)
     eval_config: EvalConfig = field(default_factory=EvalConfig)
 
 
@@ -193,7 +196,7 @@ class TuneSession:
         self.vendor: dict[str, tuple[str, Measurement]] = {}
         self._journaled = 0  # LLM call records already written to the journal
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
-        self.executor: Executor = LocalExecutor(self.pipeline, self.compile_workers)
+        self.executor = self._executor(backend_name)
 
     def _applier(self) -> Applier:
         """The reference applier, or the LLM one wired to this backend's compiler so
@@ -205,6 +208,19 @@ class TuneSession:
         settings = LLMConfig.from_env(self.config.model, **dict(self.config.llm_settings))
         check = backend_compile_check(self.backend, self.config.dtype, str(self.cache.builds))
         return LLMApplier(settings, compile_check=check)
+
+    def _executor(self, backend_name: str) -> Executor:
+        c = self.config
+        choice = choose_executor(c.executor, c.ray_address, backend_name)
+        if choice == "local":
+            return LocalExecutor(self.pipeline, self.compile_workers)
+        if c.replay is not None:
+            raise UserError("--replay answers from a recording: use --executor local")
+        from peak_tune.executors.ray import RayExecutor, RaySettings
+
+        settings = RaySettings(address=c.ray_address, workers=c.ray_workers,
+                               builds_per_worker=max(1, self.compile_workers // 2))
+        return RayExecutor(settings, self.pipeline, backend_name)
 
     def _backend(self, name: str) -> Backend:
         if self.config.replay is None:

@@ -1,0 +1,258 @@
+"""Evaluation on a Ray cluster: one actor per device, the driver alone writes the cache.
+
+Each actor owns one device (`num_gpus=1` for GPU backends, one CPU host for the C
+backend) and one backend with its killable kernel worker. It builds several variants
+at once in its threads (on its own node, where the build must load) and times them one
+at a time, so two timings never share a device. The driver answers what the cache
+knows, sends the rest to the least busy actor, and stores what comes back. An actor
+that dies (a node lost, a worker killed) is restarted by Ray; the trial it was running
+is classified as a crash and the study goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from typing import Any
+
+from peak_tune.backends import make_backend
+from peak_tune.core import Outcome, Status
+from peak_tune.errors import EvaluationError, InvalidPoint, UserError
+from peak_tune.executors.base import EvalJob
+from peak_tune.pipeline import Pipeline, PipelineSetup, evaluate_built, outcome_of_error
+
+__all__ = ["NAMESPACE", "RayExecutor", "RaySettings"]
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "peak-tune"  # the device actors are named <run>-device-<i> in it
+_ACTOR_RESTARTS = 4
+_RESTART_WAIT_S = 600.0  # a worker that does not come back by then is sent jobs again
+_INSTALL_HINT = "pip install 'peak-tune[ray]'"
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    address: str | None = None  # None: start a local Ray on this machine
+    workers: int = 0  # device actors; 0: one per GPU (GPU backends) or per node (C)
+    builds_per_worker: int = 4  # variants one actor builds at once (GPU backends)
+    local_cpus: int | None = None  # CPUs of a Ray started here (None: all)
+    # A job whose worker died is run again this many times (a lost node is not the
+    # kernel's fault); lost once more, the trial fails as a crash.
+    retries_on_loss: int = 2
+
+
+@dataclass
+class _Pending:
+    """A job on its way: what the cache already answered and where the rest goes."""
+
+    job: EvalJob
+    known: list[Outcome | None]
+    missing: Sequence[int]
+    result: Future[list[Outcome]]
+    attempts: int = 0
+
+
+@dataclass(frozen=True)
+class WorkerReply:
+    outcomes: list[Outcome]
+    compiled: bool  # the actor ran the compiler (not an identical build on its disk)
+    worker: str
+
+
+class DeviceWorker:
+    """The actor's body: one device, its backend, builds in threads, one timing at a time."""
+
+    def __init__(self, backend_name: str, setup: PipelineSetup, label: str) -> None:
+        self.backend = make_backend(backend_name, setup.device)
+        self.backend.probe()
+        self.setup = setup
+        self.label = label
+        self.build_dir = tempfile.mkdtemp(prefix="peak-tune-builds-")
+        self._timing = threading.Lock()
+
+    def evaluate(self, job: EvalJob) -> WorkerReply:
+        values = {p.name: job.params[p.name] for p in job.context.params}
+        try:
+            built = self.backend.compile(job.context, values, self.setup.dtype, self.build_dir)
+        except (InvalidPoint, EvaluationError) as exc:
+            return WorkerReply([outcome_of_error(exc)] * len(job.sizes), True, self.label)
+        with self._timing:
+            outcomes = [evaluate_built(self.backend, self.setup, built, job.context, values,
+                                       size, cutoff)
+                        for size, cutoff in zip(job.sizes, job.slow_cutoff_ms, strict=True)]
+        return WorkerReply(outcomes, not built.reused, self.label)
+
+    def ping(self) -> str:
+        return self.label
+
+    def shutdown(self) -> None:
+        """Stop the backend's kernel worker and remove this actor's builds."""
+        self.backend.close()
+        shutil.rmtree(self.build_dir, ignore_errors=True)
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, settings: RaySettings, pipeline: Pipeline, backend_name: str) -> None:
+        ray = _import_ray()
+        self._ray = ray
+        self.pipeline = pipeline
+        self._started_ray = not ray.is_initialized()
+        if self._started_ray:
+            _init(ray, settings)
+        per_worker = 1 if backend_name == "c" else settings.builds_per_worker
+        count = settings.workers or _default_workers(ray, backend_name)
+        options: dict[str, Any] = {
+            "max_restarts": _ACTOR_RESTARTS, "max_task_retries": 0,
+            "max_concurrency": per_worker, "namespace": NAMESPACE,
+            **({"num_cpus": 1} if backend_name == "c" else {"num_gpus": 1, "num_cpus": 1}),
+        }
+        actor = ray.remote(DeviceWorker)
+        run = uuid.uuid4().hex[:8]
+        self.worker_names = [f"peak-tune-{run}-device-{i}" for i in range(count)]
+        self._workers = [actor.options(name=name, **options).remote(
+            backend_name, pipeline.setup, name) for name in self.worker_names]
+        self._retries = settings.retries_on_loss
+        self.lost = 0  # jobs whose worker died under them
+        self._busy = [0] * count
+        self.evaluations: dict[str, int] = {}  # jobs each device worker evaluated
+        self._ready = threading.Condition()  # guards _busy and _down
+        self._down: set[int] = set()  # workers Ray is restarting
+        self._per_worker = per_worker
+        try:  # fail here, with the reason, if a device cannot be driven
+            ray.get([w.ping.remote() for w in self._workers], timeout=600)
+        except Exception as exc:
+            self.close()
+            raise UserError(f"a Ray device worker could not start: {_first_line(exc)}") from exc
+
+    @property
+    def slots(self) -> int:
+        return 2 * self._per_worker * len(self._workers)
+
+    def submit(self, job: EvalJob) -> Future[list[Outcome]]:
+        known = [self.pipeline.cached(job.context, job.params, size) for size in job.sizes]
+        missing = [i for i, outcome in enumerate(known) if outcome is None]
+        result: Future[list[Outcome]] = Future()
+        if not missing:
+            result.set_result([o for o in known if o is not None])
+            return result
+        remote_job = replace(job, sizes=tuple(job.sizes[i] for i in missing),
+                             slow_cutoff_ms=tuple(job.slow_cutoff_ms[i] for i in missing))
+        self._send(_Pending(remote_job, known, missing, result))
+        return result
+
+    def _send(self, pending: _Pending) -> None:
+        """To the least busy worker that is up (waiting, if Ray is restarting them all)."""
+        with self._ready:
+            self._ready.wait_for(lambda: len(self._down) < len(self._workers))
+            up = [i for i in range(len(self._workers)) if i not in self._down]
+            index = min(up, key=self._busy.__getitem__)
+            self._busy[index] += 1
+        reply = self._workers[index].evaluate.remote(pending.job)
+        reply.future().add_done_callback(lambda done: self._finished(done, index, pending))
+
+    def _finished(self, done: Future[WorkerReply], index: int, pending: _Pending) -> None:
+        with self._ready:
+            self._busy[index] -= 1
+        try:
+            reply = done.result()
+        except Exception as exc:
+            self._worker_lost(pending, index, exc)
+            return
+        try:
+            self.evaluations[reply.worker] = self.evaluations.get(reply.worker, 0) + 1
+            if reply.compiled:
+                with self.pipeline.counter_lock:
+                    self.pipeline.cache.counters.compiles += 1
+            for i, size, outcome in zip(pending.missing, pending.job.sizes, reply.outcomes,
+                                        strict=True):
+                self.pipeline.store(pending.job.context, pending.job.params, size, outcome)
+                pending.known[i] = outcome
+            pending.result.set_result([o for o in pending.known if o is not None])
+        except BaseException as exc:
+            pending.result.set_exception(exc)
+
+    def _worker_lost(self, pending: _Pending, index: int, exc: BaseException) -> None:
+        """Run the job again once Ray has restarted the worker; after too many losses,
+        fail it as a crash (not cached: the next study may have better luck)."""
+        self.lost += 1
+        log.warning("device worker %d lost a job: %s", index, _first_line(exc))
+        with self._ready:
+            if index not in self._down:
+                self._down.add(index)
+                threading.Thread(target=self._wait_until_up, args=(index,), daemon=True).start()
+        if pending.attempts < self._retries:
+            pending.attempts += 1
+            threading.Thread(target=self._send, args=(pending,), daemon=True).start()
+            return
+        lost = Outcome(Status.RUNTIME_ERROR, message="evaluation worker lost "
+                       f"{pending.attempts + 1} times: {_first_line(exc)}")
+        pending.result.set_result([o if o is not None else lost for o in pending.known])
+
+    def _wait_until_up(self, index: int) -> None:
+        """Ping a worker Ray is restarting until it answers, then send it jobs again."""
+        deadline = time.monotonic() + _RESTART_WAIT_S
+        while time.monotonic() < deadline and self._workers:
+            try:
+                self._ray.get(self._workers[index].ping.remote(), timeout=60)
+                break
+            except Exception:  # still restarting
+                time.sleep(0.5)
+        with self._ready:
+            self._down.discard(index)  # up, or given up on: its jobs will fail as lost
+            self._ready.notify_all()
+
+    def close(self) -> None:
+        try:
+            self._ray.get([w.shutdown.remote() for w in self._workers], timeout=60)
+        except Exception as exc:  # a dead actor has nothing left to clean
+            log.info("device worker shutdown: %s", _first_line(exc))
+        for worker in self._workers:
+            self._ray.kill(worker, no_restart=True)
+        self._workers = []
+        if self._started_ray:
+            self._ray.shutdown()
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise UserError(f"--executor ray needs Ray: {_INSTALL_HINT}") from exc
+    return ray
+
+
+def _init(ray: Any, settings: RaySettings) -> None:
+    try:
+        if settings.address:
+            ray.init(address=settings.address, namespace=NAMESPACE, log_to_driver=False,
+                     logging_level=logging.WARNING)
+        else:
+            ray.init(num_cpus=settings.local_cpus, namespace=NAMESPACE, include_dashboard=False,
+                     log_to_driver=False, logging_level=logging.WARNING)
+    except Exception as exc:
+        where = settings.address or "a local Ray"
+        raise UserError(f"cannot start or reach {where}: {_first_line(exc)}") from exc
+
+
+def _default_workers(ray: Any, backend_name: str) -> int:
+    if backend_name == "c":
+        return max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if gpus < 1:
+        raise UserError(f"the Ray cluster has no GPU for the {backend_name} backend")
+    return gpus
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

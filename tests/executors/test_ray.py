@@ -1,0 +1,164 @@
+"""The Ray executor on a local Ray (CPU only, 2 CPUs): the C backend over device workers,
+a worker killed mid-study, a driver killed and resumed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+
+from peak_tune.backends.base import EvalConfig
+from peak_tune.core import ProblemSize, Status
+from peak_tune.executors.base import EvalJob
+from peak_tune.executors.ray import NAMESPACE, RayExecutor, RaySettings
+from peak_tune.tune import TuneConfig, TuneSession, open_session
+
+ray = pytest.importorskip("ray")
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SIZE = {"M": 64, "N": 64, "K": 64}
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             namespace="peak-tune")
+    yield
+    ray.shutdown()
+
+
+def ray_session(results: Path, **over: object) -> TuneSession:
+    settings: dict = {"sizes": (SIZE,), "results": results, "executor": "ray",
+                      "ray_workers": 2, "eval_config": EvalConfig(repeats=3), **over}
+    config = TuneConfig(**settings)
+    return open_session(config)
+
+
+def slow_job(session: TuneSession) -> EvalJob:
+    """The seed at 768^3: a few seconds of validation and timing, time to kill its worker."""
+    return EvalJob(session.pipeline.seed, {}, (ProblemSize.of({"M": 768, "N": 768, "K": 768}),),
+                   (0.0,))
+
+
+def states(session: TuneSession) -> list[optuna.trial.TrialState]:
+    stored = optuna.load_study(study_name=session.study.study_name,
+                               storage=session.storage_url)
+    return [t.state for t in stored.trials]
+
+
+def test_c_backend_spreads_over_device_workers(local_ray: None, tmp_path: Path) -> None:
+    session = ray_session(tmp_path)
+    try:
+        session.measure_vendor()
+        records = []
+        session.run(10, records.append)
+        evaluations = dict(session.executor.evaluations)  # type: ignore[attr-defined]
+    finally:
+        session.close()
+    assert len(records) == 10
+    assert len(evaluations) == 2
+    assert all(count > 0 for count in evaluations.values())
+    assert any(r.status is Status.OK and r.gflops > 0 for r in records)
+    assert optuna.trial.TrialState.RUNNING not in states(session)
+    assert len(states(session)) == 10
+
+
+def test_a_job_lost_with_its_worker_runs_again_on_the_restarted_worker(
+        local_ray: None, tmp_path: Path) -> None:
+    session = ray_session(tmp_path, ray_workers=1)
+    try:
+        executor = session.executor
+        assert isinstance(executor, RayExecutor)
+        job = slow_job(session)
+        pending = executor.submit(job)
+        time.sleep(2)  # compiled and running: the naive kernel takes seconds at this size
+        ray.kill(ray.get_actor(executor.worker_names[0], namespace=NAMESPACE),
+                 no_restart=False)
+        outcome = pending.result(timeout=300)[0]
+        assert executor.lost >= 1
+        assert outcome.status is Status.OK and not outcome.cached
+    finally:
+        session.close()
+
+
+def test_a_job_lost_too_often_fails_as_a_crash_and_is_not_cached(
+        local_ray: None, tmp_path: Path) -> None:
+    session = open_session(TuneConfig(sizes=(SIZE,), results=tmp_path, executor="local"))
+    executor = RayExecutor(RaySettings(workers=1, retries_on_loss=0), session.pipeline, "c")
+    try:
+        job = slow_job(session)
+        pending = executor.submit(job)
+        time.sleep(2)  # compiled and running: the naive kernel takes seconds at this size
+        ray.kill(ray.get_actor(executor.worker_names[0], namespace=NAMESPACE),
+                 no_restart=False)
+        lost = pending.result(timeout=120)[0]
+        assert lost.status is Status.RUNTIME_ERROR
+        assert "evaluation worker lost" in lost.message
+        again = executor.submit(job).result(timeout=300)[0]  # restarted, and not cached
+        assert again.status is Status.OK and not again.cached
+    finally:
+        executor.close()
+        session.close()
+
+
+def test_a_study_goes_on_when_a_worker_is_killed_mid_run(local_ray: None,
+                                                         tmp_path: Path) -> None:
+    session = ray_session(tmp_path)
+    records: list = []
+
+    def kill_after_three() -> None:
+        while len(records) < 3:
+            time.sleep(0.05)
+        executor = session.executor
+        assert isinstance(executor, RayExecutor)
+        ray.kill(ray.get_actor(executor.worker_names[1], namespace=NAMESPACE),
+                 no_restart=False)
+
+    killer = threading.Thread(target=kill_after_three)
+    killer.start()
+    try:
+        session.measure_vendor()
+        session.run(12, records.append)
+    finally:
+        killer.join()
+        session.close()
+    assert len(records) == 12
+    assert all(r.status is Status.OK for r in records)  # the lost job ran again
+    assert optuna.trial.TrialState.RUNNING not in states(session)
+
+
+def test_a_killed_driver_resumes_without_repeating_finished_trials(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "peak_tune.cli", "--executor", "ray", "--ray-workers",
+               "1", "--size", "64", "--repeats", "3", "--results", str(tmp_path),
+               "--study", "resumable", "--json"]
+    storage = f"sqlite:///{tmp_path}/peak.db"
+    driver = subprocess.Popen([*command, "--trials", "200"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 240
+    finished = 0
+    while time.monotonic() < deadline and finished < 5:
+        time.sleep(1)
+        try:
+            finished = len(optuna.load_study(study_name="resumable", storage=storage).trials)
+        except Exception:  # not created yet
+            continue
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and its Ray, at once
+    driver.wait()
+    before = optuna.load_study(study_name="resumable", storage=storage).trials
+    assert len(before) >= 5
+    assert all(t.state is not optuna.trial.TrialState.RUNNING for t in before)
+    resumed = subprocess.run([*command, "--trials", "3"], capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    after = optuna.load_study(study_name="resumable", storage=storage).trials
+    assert len(after) == len(before) + 3
+    assert [t.params for t in after[:len(before)]] == [t.params for t in before]
