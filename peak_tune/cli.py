@@ -84,6 +84,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile-workers", type=int, default=0, metavar="N",
                    help="variants built in parallel while one is timed (default: 1 for the "
                         "C backend, one per core for GPU backends)")
+    p.add_argument("--apply-workers", type=int, default=0, metavar="N",
+                   help="transformations applied at once (default: 1 for the reference "
+                        "applier, 8 for the LLM one)")
     p.add_argument("--executor", default="auto", choices=("auto", "local", "ray"),
                    help="where evaluations run: local (this process) or ray (one worker per "
                         "device, on this machine or a cluster); auto picks ray with more than "
@@ -162,7 +165,8 @@ def _tune(args: argparse.Namespace) -> int:
         only=tuple(s for s in (args.transforms or "").split(",") if s),
         replay=Path(args.replay) if args.replay else None,
         step_values=args.step_values, compile_workers=args.compile_workers,
-        executor=args.executor, ray_address=args.ray_address, ray_workers=args.ray_workers,
+        apply_workers=args.apply_workers, executor=args.executor,
+        ray_address=args.ray_address, ray_workers=args.ray_workers,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),
     )
     started = time.perf_counter()

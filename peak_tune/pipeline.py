@@ -97,6 +97,7 @@ class Pipeline:
         self.cache.put_context(self.seed)
         self._fingerprint = dict(backend.fingerprint())
         self.counter_lock = threading.Lock()  # cache counters, from several threads
+        self._applying: dict[str, threading.Lock] = {}
         spec = setup.spec
         self._spec_identity = stable_hash(
             [spec.reference, spec.error_scale, dict(spec.tolerances), spec.flops,
@@ -120,10 +121,11 @@ class Pipeline:
             parent.content_hash(), transformation.id, transformation.version,
             transformation.text_hash(), self.applier.identity, sample,
         )
-        record = self.cache.get_application(key)
-        if record is None:
-            record = self._apply_uncached(parent, transformation, sample)
-            self.cache.put_application(key, record)
+        with self._one_application_at_a_time(key):  # trials applying the same step at once
+            record = self.cache.get_application(key)
+            if record is None:
+                record = self._apply_uncached(parent, transformation, sample)
+                self.cache.put_application(key, record)
         if "invalid" in record:
             raise InvalidPoint(record["invalid"])
         if "error" in record:
@@ -136,6 +138,12 @@ class Pipeline:
             if child is None:
                 raise ApplyError(f"{transformation.id}: {record.get('error', 'no variant')}")
         return child
+
+    def _one_application_at_a_time(self, key: str) -> threading.Lock:
+        """The lock of one application key: the second caller waits and reads the cache,
+        so concurrent trials never pay an LLM call twice."""
+        with self.counter_lock:
+            return self._applying.setdefault(key, threading.Lock())
 
     def _apply_uncached(
         self, parent: KernelContext, transformation: Transformation, sample: int

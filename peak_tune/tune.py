@@ -14,7 +14,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ __all__ = ["TrialRecord", "TuneConfig", "TuneSession", "open_session"]
 
 log = logging.getLogger(__name__)
 
+DEFAULT_LLM_APPLY_WORKERS = 8
 PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
 
 
@@ -75,6 +76,7 @@ class TuneConfig:
     max_steps: int = 12
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
+    apply_workers: int = 0  # applications at once; 0: 1 (reference) or 8 (llm)
     executor: str = "auto"  # local, ray, or auto: ray with several GPUs or a Ray address
     ray_address: str | None = None
     ray_workers: int = 0  # device actors on Ray; 0: one per GPU (per node for C)
@@ -91,6 +93,7 @@ class _Started:
     chain: list[KernelContext] = field(default_factory=list)
     params: dict[str, int] = field(default_factory=dict)
     early: tuple[Status, str] | None = None  # decided without running anything
+    prepared: Future[None] | None = None  # applied and handed to the executor
     outcomes: Future[list[Outcome]] | None = None  # one per tuned size, from the executor
 
 
@@ -192,11 +195,12 @@ class TuneSession:
                               config.eval_config)
         self.pipeline = Pipeline(setup, self.backend, self.applier, self.cache)
         self.encoding = self._encoding()
+        self.executor = self._executor(backend_name)  # before the study: fail first
+        self._appliers = ThreadPoolExecutor(self.apply_workers, thread_name_prefix="apply")
         self.study = self._study(backend_name)
         self.vendor: dict[str, tuple[str, Measurement]] = {}
         self._journaled = 0  # LLM call records already written to the journal
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
-        self.executor = self._executor(backend_name)
 
     def _applier(self) -> Applier:
         """The reference applier, or the LLM one wired to this backend's compiler so
@@ -333,7 +337,7 @@ class TuneSession:
         pending: deque[_Started] = deque()
         try:
             while True:
-                while (len(pending) < self.executor.slots and asked < trials
+                while (len(pending) < self.window and asked < trials
                        and not should_stop()):
                     self._pull_other_drivers()
                     pending.append(_Started(self.study.ask(), time.perf_counter()))
@@ -348,12 +352,19 @@ class TuneSession:
                 on_trial(record)
         except BaseException as exc:
             for item in pending:
+                if item.prepared:
+                    item.prepared.cancel()
                 if item.outcomes:
                     item.outcomes.cancel()
                 self._fail_unfinished(item.trial, _reason(exc))
             raise
         finally:
             self.mirror.flush()
+
+    @property
+    def window(self) -> int:
+        """Trials between ask and tell: enough to keep the executor and appliers busy."""
+        return max(self.executor.slots, self.apply_workers)
 
     def _pull_other_drivers(self) -> None:
         """Every few seconds, take in trials other drivers of this study finished."""
@@ -389,9 +400,17 @@ class TuneSession:
         self.mirror.finished(trial.number)
 
     def _start(self, item: _Started) -> None:
-        """Choose the sequence and values, apply, and hand the point to the executor."""
+        """Choose the sequence here; apply it and hand the point to the executor on the
+        apply pool, so that slow appliers (LLM calls) overlap one another."""
         try:
             item.sequence = self.encoding.suggest(item.trial)
+        except InvalidPoint as exc:
+            item.early = (Status.INVALID, str(exc))
+            return
+        item.prepared = self._appliers.submit(self._apply_and_submit, item)
+
+    def _apply_and_submit(self, item: _Started) -> None:
+        try:
             item.chain = self.pipeline.build(item.sequence)
         except InvalidPoint as exc:
             item.early = (Status.INVALID, str(exc))
@@ -403,6 +422,14 @@ class TuneSession:
         item.params = suggest_params(item.trial, variant)
         item.trial.set_user_attr("context_hash", variant.content_hash())
         item.outcomes = self.executor.submit(self._job(variant, item.params))
+
+    @property
+    def apply_workers(self) -> int:
+        """Applications at once: one for the reference applier (fast, and a seeded run
+        stays repeatable), several for the LLM one (each call waits on the network)."""
+        if self.config.apply_workers > 0:
+            return self.config.apply_workers
+        return 1 if self.config.applier != "llm" else DEFAULT_LLM_APPLY_WORKERS
 
     def _job(self, variant: KernelContext, params: dict[str, int]) -> EvalJob:
         """The point at every tuned size; far slower than the best so far is timed once."""
@@ -416,6 +443,8 @@ class TuneSession:
             return TrialRecord(item.trial.number, status, tuple(item.sequence), item.params,
                                gflops, message, cached, time.perf_counter() - item.started)
 
+        if item.prepared is not None:
+            item.prepared.result()  # the applier's own errors (UserError, ...) surface here
         if item.early or item.outcomes is None:
             return ended(*(item.early or (Status.RUNTIME_ERROR, "not evaluated")))
         outcomes = item.outcomes.result()
@@ -508,6 +537,7 @@ class TuneSession:
     def close(self) -> None:
         """Write every finished trial to the storage and stop the backend's workers."""
         try:
+            self._appliers.shutdown(wait=True, cancel_futures=True)
             self.executor.close()
             self.mirror.close()
         finally:

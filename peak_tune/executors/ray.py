@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "peak-tune"  # the device actors are named <run>-device-<i> in it
 _ACTOR_RESTARTS = 4
+_CONNECT_TIMEOUT_S = 10.0
 _RESTART_WAIT_S = 600.0  # a worker that does not come back by then is sent jobs again
 _INSTALL_HINT = "pip install 'peak-tune[ray]'"
 
@@ -231,7 +233,23 @@ def _import_ray() -> Any:
     return ray
 
 
+def _check_reachable(address: str) -> None:
+    """Fail in seconds, not minutes, when a head at host:port does not answer (Ray itself
+    retries for minutes)."""
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", "local": Ray finds the cluster itself
+    try:
+        socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise UserError(f"cannot reach the Ray cluster at {address}: "
+                        f"{exc.strerror or exc}") from exc
+
+
 def _init(ray: Any, settings: RaySettings) -> None:
+    if settings.address:
+        _check_reachable(settings.address)
     try:
         if settings.address:
             ray.init(address=settings.address, namespace=NAMESPACE, log_to_driver=False,
