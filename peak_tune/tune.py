@@ -55,6 +55,7 @@ class TuneConfig:
     applier: str = "reference"
     model: str | None = None  # the LLM applier's model (else OPENAI_MODEL)
     llm_settings: Mapping[str, Any] = field(default_factory=dict)  # temperature, repairs, ...
+    samples: int = 1  # independent LLM applications per step; the first that passes is used
     sampler: str = "tpe"
     seed: int | None = 0  # the same seed and catalog ask for the same points
     study: str | None = None
@@ -175,7 +176,7 @@ class TuneSession:
         self.cache = Cache(config.results / "cache")
         self.applier = self._applier()
         setup = PipelineSetup(self.spec, config.dtype, self.device, self.transformations,
-                              config.eval_config)
+                              config.eval_config, config.samples)
         self.pipeline = Pipeline(setup, self.backend, self.applier, self.cache)
         self.encoding = self._encoding()
         self.study = self._study(backend_name)
@@ -183,15 +184,28 @@ class TuneSession:
         self._journaled = 0  # LLM call records already written to the journal
 
     def _applier(self) -> Applier:
-        """The reference applier, or the LLM one wired to this backend's compiler so
-        that compile errors go back to the model for repair."""
+        """The reference applier, or the LLM one wired to this backend's compiler and
+        validation so that compile errors and wrong results go back to the model."""
+        if self.config.samples < 1:
+            raise UserError("--samples must be 1 or more")
         if self.config.applier != "llm":
+            if self.config.samples > 1:
+                raise UserError("--samples needs --applier llm (the reference applier is "
+                                "deterministic: every sample would be the same)")
             return make_applier(self.config.applier)
-        from peak_tune.appliers.llm import LLMApplier, LLMConfig, backend_compile_check
+        from peak_tune.appliers.llm import (
+            LLMApplier,
+            LLMConfig,
+            backend_compile_check,
+            backend_result_check,
+        )
 
         settings = LLMConfig.from_env(self.config.model, **dict(self.config.llm_settings))
-        check = backend_compile_check(self.backend, self.config.dtype, str(self.cache.builds))
-        return LLMApplier(settings, compile_check=check)
+        builds = str(self.cache.builds)
+        check = backend_compile_check(self.backend, self.config.dtype, builds)
+        results = backend_result_check(self.backend, self.spec, self.config.dtype, builds,
+                                       self.config.eval_config)
+        return LLMApplier(settings, compile_check=check, result_check=results)
 
     def _backend(self, name: str) -> Backend:
         if self.config.replay is None:
@@ -310,6 +324,7 @@ class TuneSession:
                         done += 1
                         on_trial(record)
                 except BaseException as exc:
+                    self._journal_llm_calls()  # the calls of the stopped trial cost too
                     reason = str(exc) if isinstance(exc, UserError) else "interrupted"
                     for item in batch:
                         self._fail_unfinished(item.trial, reason)
@@ -322,7 +337,7 @@ class TuneSession:
             return
         from peak_tune.appliers.llm.stats import append_records
 
-        append_records(self.cache.folder, records[self._journaled:])
+        append_records(self.cache.folder, records[self._journaled:], self.study.study_name)
         self._journaled = len(records)
 
     @property
