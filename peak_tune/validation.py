@@ -336,7 +336,8 @@ def _check_output(buffer: GuardedBuffer, expected: Expected, at: str) -> None:
                f"worst {_index(name, worst)} = {out[worst]:.6g} "
                f"(expected {expected.values[name][worst]:.6g})")
     detail = (f"{message}\nallowed error there: {bound[worst]:.3g}; "
-              f"largest error: {float(np.nanmax(error)):.3g}\n"
+              f"largest error: {float(np.nanmax(error)):.3g} "
+              f"({float(ratio[worst]):.3g} x the allowed error)\n"
               f"first elements off: {_examples(name, out, expected.values[name], off)}")
     raise WrongResult(message, detail=detail)
 

@@ -142,8 +142,7 @@ def wrong_result_message(summary: str) -> dict[str, str]:
     return {
         "role": "user",
         "content": "The code compiles but computes wrong results. The tuner ran it on random "
-                   "inputs (tuning parameters at their first legal values) and compared the "
-                   f"output with a float64 reference:\n```\n{text}\n```\nFind the bug and "
+                   "inputs and compared the output with a float64 reference:\n```\n{text}\n```\nFind the bug and "
                    "fix it, keeping the step's optimisation. Reply with the whole corrected "
                    "result in one fenced code block and nothing else.",
     }

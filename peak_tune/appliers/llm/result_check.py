@@ -31,8 +31,9 @@ def backend_result_check(
     """result_check(context) -> the validator's mismatch summary on a WrongResult, else
     None.
 
-    The run is at the smallest of the spec's check sizes that the variant allows, after
-    the others (one timed repeat, no warm-up). Anything but a wrong result (a crash, a
+    The variant runs at every check size of the spec that it allows, smallest first, so
+    the summary names the smallest failing size (the largest is also timed once, with
+    no warm-up). Anything but a wrong result (a crash, a
     timeout, a point the device cannot run, no check size) is left to the tuner's own
     evaluation. Calls are serialised: a backend drives one worker at a time."""
     config = replace(eval_config or EvalConfig(), warmup=0, repeats=1, slow_cutoff_ms=0.0)
@@ -46,13 +47,15 @@ def backend_result_check(
             log.debug("no check size fits %s: result check skipped", context.content_hash())
             return None
         request = EvalRequest(spec=spec, context=context, params=point, dtype=dtype,
-                              size=sizes[0], check_sizes=tuple(sizes[1:]), config=config)
+                              size=sizes[-1], check_sizes=tuple(sizes[:-1]), config=config)
         with lock:
             try:
                 artifact = backend.compile(context, point, dtype, build_dir)
                 backend.evaluate(artifact, request)
             except WrongResult as exc:
-                return exc.detail or str(exc)
+                shown = ", ".join(f"{k}={v}" for k, v in point.items())
+                return (exc.detail or str(exc)) + (f"\ntuning parameters: {shown}"
+                                                   if shown else "")
             except (CompileError, InvalidPoint) as exc:
                 log.debug("result check skipped: %s", exc)
             except EvaluationError as exc:  # crash, timeout: the tuner records those itself
