@@ -110,7 +110,8 @@ def test_a_wrong_result_is_fixed_after_the_model_sees_the_mismatch(
     assert messages[2]["content"] == fenced(SKIPS_FIRST_K)
     repair = messages[3]["content"]
     assert "computes wrong results" in repair
-    assert "wrong result at 67x53x97:" in repair and "elements off, worst C[" in repair
+    assert "wrong result at 67x53x97:" in repair, repair
+    assert "elements off, worst C[" in repair
     assert "largest error:" in repair
     assert repair.count("(expected ") >= 4  # the worst element and the first ones off
     assert [(r.turn, r.outcome) for r in applier.records] == [(0, "wrong_result"), (1, "ok")]

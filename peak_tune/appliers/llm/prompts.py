@@ -142,8 +142,9 @@ def wrong_result_message(summary: str) -> dict[str, str]:
     return {
         "role": "user",
         "content": "The code compiles but computes wrong results. The tuner ran it on random "
-                   "inputs and compared the output with a float64 reference:\n```\n{text}\n```\nFind the bug and "
-                   "fix it, keeping the step's optimisation. Reply with the whole corrected "
+                   "inputs and compared the output with a float64 reference:\n"
+                   f"```\n{text}\n```\nFind the bug and fix it, keeping the step's "
+                   "optimisation. Reply with the whole corrected "
                    "result in one fenced code block and nothing else.",
     }
 
