@@ -185,7 +185,8 @@ def _tune(args: argparse.Namespace) -> int:
                 for line in session.sanitize_best():
                     print(f"peak-tune: sanitizer: {line}", file=sys.stderr)
         interrupted = stop.requested()
-        budget = "" if budget_left() or progress.done >= args.trials else "it is spent"
+        budget = ("" if budget_left() or progress.done >= args.trials
+                  else "the token or cost budget is spent")
     except KeyboardInterrupt:
         interrupted = True
     except BudgetReached as exc:
@@ -197,8 +198,8 @@ def _tune(args: argparse.Namespace) -> int:
         print("peak-tune: interrupted; finished trials are kept", file=sys.stderr)
     elif budget:
         spent = data.get("llm", {})
-        print(f"peak-tune: LLM budget reached ({budget}; this run: {spent.get('tokens', 0)} "
-              f"tokens, {_dollars(spent.get('cost_usd'))}); finished trials are kept, resume "
+        print(f"peak-tune: LLM budget reached: {budget} (this run: {spent.get('tokens', 0)} "
+              f"tokens, {_dollars(spent.get('cost_usd'))}); finished trials are kept; resume "
               f"with --study {session.study.study_name}", file=sys.stderr)
     print_summary(data, to_stderr=args.json)
     if args.json:

@@ -195,12 +195,12 @@ class ChatSession:
         budget = self._config.max_tokens_total
         used = self.tokens_used()
         if budget and used >= budget:
-            raise BudgetExhausted(f"token budget of {budget} exhausted ({used} tokens used)")
+            raise BudgetExhausted(f"token budget of {budget} exhausted: {used} tokens used")
         dollars = self._config.max_cost_usd
         spent = self.cost_used()
         if dollars and spent is not None and spent >= dollars:
-            raise BudgetExhausted(f"cost budget of ${dollars:g} exhausted "
-                                  f"(${spent:.4f} spent)")
+            raise BudgetExhausted(f"cost budget of ${dollars:g} exhausted: "
+                                  f"${spent:.4f} spent")
 
 
 def _classify(exc: Exception) -> tuple[str, bool]:
