@@ -1,7 +1,8 @@
 """The `peak-tune` command. `peak-tune [options]` is `peak-tune tune [options]`.
 
 Problems a user can fix print one line and exit with status 2; Ctrl-C keeps the
-finished trials, prints the summary and exits with status 130.
+finished trials, prints the summary and exits with status 130; a spent LLM budget
+(--max-tokens-total, --max-cost) prints one line and the summary and exits with status 3.
 """
 
 from __future__ import annotations
