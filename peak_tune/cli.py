@@ -18,11 +18,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peak_tune.backends.base import EvalConfig
 from peak_tune.errors import BudgetReached, UserError
 from peak_tune.search.samplers import SAMPLERS
 from peak_tune.search.space import ENCODINGS
+
+if TYPE_CHECKING:
+    from peak_tune.tune import TuneConfig
 
 __all__ = ["main"]
 
@@ -63,23 +67,7 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         "llm when OPENAI_MODEL and OPENAI_API_KEY are set, else reference")
     p.add_argument("--model", help="the LLM applier's model (default: OPENAI_MODEL)")
     p.add_argument("--temperature", type=float, help="LLM sampling temperature")
-    p.add_argument("--repairs", type=int,
-                   help="repair attempts per LLM step: a compile error or a wrong result "
-                        "goes back to the model (default 2)")
-    p.add_argument("--samples", type=int, default=1, metavar="N",
-                   help="independent LLM applications per step; the first that compiles "
-                        "and validates is used, later ones are asked only on failure")
-    p.add_argument("--max-tokens-total", type=int,
-                   help="stop the run (exit 3) once this run's LLM calls used this many tokens")
-    p.add_argument("--max-cost", type=float, metavar="USD",
-                   help="stop the run (exit 3) once this run's LLM calls cost this many "
-                        "dollars (the model needs a price)")
-    p.add_argument("--llm-prices", metavar="FILE",
-                   help="TOML price table extending the built-in one (USD per million tokens)")
-    p.add_argument("--llm-concurrency", type=int, help="LLM requests in flight at once "
-                   "(default 4)")
-    p.add_argument("--llm-rpm", type=float, help="LLM requests started per minute at most")
-    p.add_argument("--llm-timeout", type=float, help="seconds per LLM request (default 120)")
+    _llm_options(p)
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS)
     p.add_argument("--encoding", default="subset", choices=ENCODINGS,
                    help="how a trial encodes a sequence (default subset)")
@@ -104,6 +92,26 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the summary as one JSON object on the last line of stdout")
     p.add_argument("-v", "--verbose", action="store_true")
+
+
+def _llm_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repairs", type=int,
+                   help="repair attempts per LLM step: a compile error or a wrong result "
+                        "goes back to the model (default 2)")
+    p.add_argument("--samples", type=int, default=1, metavar="N",
+                   help="independent LLM applications per step; the first that compiles "
+                        "and validates is used, later ones are asked only on failure")
+    p.add_argument("--max-tokens-total", type=int,
+                   help="stop the run (exit 3) once this run's LLM calls used this many tokens")
+    p.add_argument("--max-cost", type=float, metavar="USD",
+                   help="stop the run (exit 3) once this run's LLM calls cost this many "
+                        "dollars (the model needs a price)")
+    p.add_argument("--llm-prices", metavar="FILE",
+                   help="TOML price table extending the built-in one (USD per million tokens)")
+    p.add_argument("--llm-concurrency", type=int, help="LLM requests in flight at once "
+                   "(default 4)")
+    p.add_argument("--llm-rpm", type=float, help="LLM requests started per minute at most")
+    p.add_argument("--llm-timeout", type=float, help="seconds per LLM request (default 120)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -150,13 +158,12 @@ def _default_applier() -> str:
     return "llm" if configured else "reference"
 
 
-def _tune(args: argparse.Namespace) -> int:
-    from peak_tune.report import ProgressView, print_summary, summary
-    from peak_tune.tune import TuneConfig, open_session
+def _tune_config(args: argparse.Namespace) -> TuneConfig:
+    from peak_tune.tune import TuneConfig
 
     if args.trials < 0:
         raise UserError("--trials must be zero or more")
-    config = TuneConfig(
+    return TuneConfig(
         kernel=args.kernel, backend=args.backend, device=args.device, dtype=args.dtype,
         sizes=tuple(args.size), applier=args.applier or _default_applier(), model=args.model,
         llm_settings=_llm_settings(args), samples=args.samples,
@@ -169,6 +176,13 @@ def _tune(args: argparse.Namespace) -> int:
         step_values=args.step_values, compile_workers=args.compile_workers,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),
     )
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from peak_tune.report import ProgressView, print_summary, summary
+    from peak_tune.tune import open_session
+
+    config = _tune_config(args)
     started = time.perf_counter()
     session = open_session(config)
     if args.sanitize and not hasattr(session.backend, "sanitize"):
