@@ -203,8 +203,8 @@ class TuneSession:
         settings = LLMConfig.from_env(self.config.model, **dict(self.config.llm_settings))
         builds = str(self.cache.builds)
         check = backend_compile_check(self.backend, self.config.dtype, builds)
-        results = backend_result_check(self.backend, self.spec, self.config.dtype, builds,
-                                       self.config.eval_config)
+        results = None if self.config.replay else backend_result_check(  # replays run nothing
+            self.backend, self.spec, self.config.dtype, builds, self.config.eval_config)
         return LLMApplier(settings, compile_check=check, result_check=results)
 
     def _backend(self, name: str) -> Backend:
