@@ -1,7 +1,8 @@
 """The `peak-tune` command. `peak-tune [options]` is `peak-tune tune [options]`.
 
 Problems a user can fix print one line and exit with status 2; Ctrl-C keeps the
-finished trials, prints the summary and exits with status 130.
+finished trials, prints the summary and exits with status 130; a spent LLM budget
+(--max-tokens-total, --max-cost) prints one line and the summary and exits with status 3.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peak_tune.backends.base import EvalConfig
-from peak_tune.errors import UserError
+from peak_tune.errors import BudgetReached, UserError
 from peak_tune.search.samplers import SAMPLERS
 from peak_tune.search.space import ENCODINGS
+
+if TYPE_CHECKING:
+    from peak_tune.tune import TuneConfig
 
 __all__ = ["main"]
 
@@ -62,9 +67,7 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         "llm when OPENAI_MODEL and OPENAI_API_KEY are set, else reference")
     p.add_argument("--model", help="the LLM applier's model (default: OPENAI_MODEL)")
     p.add_argument("--temperature", type=float, help="LLM sampling temperature")
-    p.add_argument("--repairs", type=int, help="compile-error repair attempts per LLM step")
-    p.add_argument("--max-tokens-total", type=int,
-                   help="stop the study cleanly once the LLM calls used this many tokens")
+    _llm_options(p)
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS)
     p.add_argument("--encoding", default="subset", choices=ENCODINGS,
                    help="how a trial encodes a sequence (default subset)")
@@ -103,6 +106,26 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-v", "--verbose", action="store_true")
 
 
+def _llm_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repairs", type=int,
+                   help="repair attempts per LLM step: a compile error or a wrong result "
+                        "goes back to the model (default 2)")
+    p.add_argument("--samples", type=int, default=1, metavar="N",
+                   help="independent LLM applications per step; the first that compiles "
+                        "and validates is used, later ones are asked only on failure")
+    p.add_argument("--max-tokens-total", type=int,
+                   help="stop the run (exit 3) once this run's LLM calls used this many tokens")
+    p.add_argument("--max-cost", type=float, metavar="USD",
+                   help="stop the run (exit 3) once this run's LLM calls cost this many "
+                        "dollars (the model needs a price)")
+    p.add_argument("--llm-prices", metavar="FILE",
+                   help="TOML price table extending the built-in one (USD per million tokens)")
+    p.add_argument("--llm-concurrency", type=int, help="LLM requests in flight at once "
+                   "(default 4)")
+    p.add_argument("--llm-rpm", type=float, help="LLM requests started per minute at most")
+    p.add_argument("--llm-timeout", type=float, help="seconds per LLM request (default 120)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="peak-tune",
@@ -130,8 +153,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("llm", help="check the LLM endpoint (OPENAI_BASE_URL, OPENAI_API_KEY)")
     p.add_argument("action", choices=("check",))
     p.add_argument("--model", help="model to try (default: OPENAI_MODEL)")
-    p = sub.add_parser("stats", help="LLM success per transformation, model and position")
+    p = sub.add_parser("stats", help="LLM success per transformation, model and position; "
+                                      "tokens and cost")
     p.add_argument("--results", default="results", metavar="DIR")
+    p.add_argument("--study", help="only the calls of this study")
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     p = sub.add_parser("dashboard", help="open optuna-dashboard on the results' storage")
     _common(p)
@@ -145,19 +170,15 @@ def _default_applier() -> str:
     return "llm" if configured else "reference"
 
 
-def _tune(args: argparse.Namespace) -> int:
-    from peak_tune.report import ProgressView, print_summary, summary
-    from peak_tune.tune import TuneConfig, open_session
+def _tune_config(args: argparse.Namespace) -> TuneConfig:
+    from peak_tune.tune import TuneConfig
 
     if args.trials < 0:
         raise UserError("--trials must be zero or more")
-    config = TuneConfig(
+    return TuneConfig(
         kernel=args.kernel, backend=args.backend, device=args.device, dtype=args.dtype,
         sizes=tuple(args.size), applier=args.applier or _default_applier(), model=args.model,
-        llm_settings={k: v for k, v in (("temperature", args.temperature),
-                                         ("repairs", args.repairs),
-                                         ("max_tokens_total", args.max_tokens_total))
-                      if v is not None},
+        llm_settings=_llm_settings(args), samples=args.samples,
         sampler=args.sampler, seed=args.seed,
         study=args.study, results=Path(args.results), storage=args.storage,
         catalogs=tuple(args.catalog), encoding=args.encoding, illegal=args.illegal,
@@ -169,32 +190,63 @@ def _tune(args: argparse.Namespace) -> int:
         ray_address=args.ray_address, ray_workers=args.ray_workers,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),
     )
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from peak_tune.report import ProgressView, print_summary, summary
+    from peak_tune.tune import open_session
+
+    config = _tune_config(args)
     started = time.perf_counter()
     session = open_session(config)
     if args.sanitize and not hasattr(session.backend, "sanitize"):
         session.close()
         raise UserError(f"--sanitize is not available on the {session.backend.name} backend")
     stop = _StopRequest()
-    interrupted = False
+    interrupted, budget = False, ""
+    budget_left = getattr(session.applier, "budget_left", lambda: True)
+    progress = ProgressView(session, args.trials)
     try:
         with stop.on_ctrl_c():
             session.measure_vendor()
-            session.run(args.trials, ProgressView(session, args.trials), stop.requested)
+            session.run(args.trials, progress, lambda: stop.requested() or not budget_left())
             if args.sanitize and not stop.requested():
                 for line in session.sanitize_best():
                     print(f"peak-tune: sanitizer: {line}", file=sys.stderr)
         interrupted = stop.requested()
+        budget = ("" if budget_left() or progress.done >= args.trials
+                  else "the token or cost budget is spent")
     except KeyboardInterrupt:
         interrupted = True
+    except BudgetReached as exc:
+        budget = str(exc)
     finally:
         session.close()
+    data = summary(session, time.perf_counter() - started)
     if interrupted:
         print("peak-tune: interrupted; finished trials are kept", file=sys.stderr)
-    data = summary(session, time.perf_counter() - started)
+    elif budget:
+        spent = data.get("llm", {})
+        print(f"peak-tune: LLM budget reached: {budget} (this run: {spent.get('tokens', 0)} "
+              f"tokens, {_dollars(spent.get('cost_usd'))}); finished trials are kept; resume "
+              f"with --study {session.study.study_name}", file=sys.stderr)
     print_summary(data, to_stderr=args.json)
     if args.json:
         print(json.dumps(data))
-    return 130 if interrupted else 0
+    return 130 if interrupted else 3 if budget else 0
+
+
+def _dollars(cost: float | None) -> str:
+    return "cost unknown" if cost is None else f"${cost:.4f}"
+
+
+def _llm_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The LLM options the user gave, as LLMConfig fields."""
+    given = (("temperature", args.temperature), ("repairs", args.repairs),
+             ("max_tokens_total", args.max_tokens_total), ("max_cost_usd", args.max_cost),
+             ("prices_file", args.llm_prices), ("concurrency", args.llm_concurrency),
+             ("requests_per_minute", args.llm_rpm), ("timeout_s", args.llm_timeout))
+    return {k: v for k, v in given if v is not None}
 
 
 class _StopRequest:

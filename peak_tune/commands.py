@@ -185,22 +185,50 @@ def llm(args: argparse.Namespace) -> int:
 
 
 def stats(args: argparse.Namespace) -> int:
-    """`peak-tune stats`: LLM success per transformation, model and position."""
+    """`peak-tune stats`: LLM success per transformation, model and position; tokens and
+    dollars per transformation and per study."""
     from peak_tune.appliers.llm.stats import read_records, summarize, write_csv
 
-    rows = summarize(read_records(Path(args.results) / "cache"))
+    records = read_records(Path(args.results) / "cache")
+    if args.study:
+        records = [r for r in records if r.study == args.study]
+    rows = summarize(records)
     if not rows:
-        raise UserError(f"no LLM calls recorded under {args.results} (run with --applier llm)")
+        which = f" for study {args.study!r}" if args.study else ""
+        raise UserError(f"no LLM calls recorded under {args.results}{which} (run with "
+                        "--applier llm)")
+    _print_stats_table(rows)
+    _print_spend(records)
+    if args.csv:
+        write_csv(rows, Path(args.csv))
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def _print_stats_table(rows: list[dict[str, Any]]) -> None:
+    from peak_tune.appliers.llm.stats import dollars
+
     print(f"{'transformation':<22} {'model':<18} {'pos':>3} {'apps':>5} {'ok %':>6} "
-          f"{'calls/ok':>8} {'tokens':>9}  failures")
+          f"{'calls/ok':>8} {'tokens':>9} {'cost':>10}  failures")
     for r in rows:
         per = f"{r['mean_calls_to_success']:.2f}" if r["mean_calls_to_success"] else "-"
         tokens = r["prompt_tokens"] + r["completion_tokens"]
         failures = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "-"
         print(f"{r['transformation']:<22} {r['model']:<18} {r['position']:>3} "
-              f"{r['applications']:>5} {100 * r['success_rate']:>6.1f} {per:>8} {tokens:>9}  "
-              f"{failures}")
-    if args.csv:
-        write_csv(rows, Path(args.csv))
-        print(f"wrote {args.csv}")
-    return 0
+              f"{r['applications']:>5} {100 * r['success_rate']:>6.1f} {per:>8} {tokens:>9} "
+              f"{dollars(r['cost_usd']):>10}  {failures}")
+
+
+def _print_spend(records: list[Any]) -> None:
+    """Calls, tokens and dollars per transformation, per study and in all."""
+    from peak_tune.appliers.llm.stats import dollars, totals, totals_by
+
+    def line(label: str, t: dict[str, Any]) -> str:
+        return (f"  {label:<40} {t['calls']:>6} calls {t['prompt_tokens']:>10} in "
+                f"{t['completion_tokens']:>9} out {dollars(t['cost_usd']):>10}")
+
+    for title, field in (("per transformation", "transform_id"), ("per study", "study")):
+        print(title)
+        for name, t in totals_by(records, field).items():
+            print(line(name or "(not recorded)", t))
+    print(line("all", totals(records)).replace("  all", "all  ", 1))

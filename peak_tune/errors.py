@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "ApplyError",
     "BackendUnavailable",
+    "BudgetReached",
     "CatalogError",
     "CompileError",
     "EndpointUnavailable",
@@ -44,6 +45,11 @@ class ExpressionError(UserError):
 class EndpointUnavailable(UserError):
     """The LLM endpoint failed as a whole (unreachable, refusing, budget spent): the study
     stops with its finished trials kept, and nothing about the transformation is cached."""
+
+
+class BudgetReached(EndpointUnavailable):
+    """A spending limit of the applier (tokens, cost) is reached: no further call starts.
+    The CLI ends the run with the summary and exit status 3; the study can be resumed."""
 
 
 class BackendUnavailable(UserError):

@@ -83,6 +83,7 @@ class PipelineSetup:
     device: DeviceProfile
     transformations: Mapping[str, Transformation]
     eval_config: EvalConfig
+    samples: int = 1  # independent applications tried per step (see Pipeline.apply_step)
 
 
 class Pipeline:
@@ -106,13 +107,34 @@ class Pipeline:
 
     # ---------------------------------------------------------------- applying
 
-    def build(self, sequence: Sequence[str], sample: int = 0) -> list[KernelContext]:
+    def build(self, sequence: Sequence[str]) -> list[KernelContext]:
         """Contexts after each step (seed first). Raises InvalidPoint or ApplyError."""
         check_sequence(sequence, self.setup.transformations)
         chain = [self.seed]
         for tid in sequence:
-            chain.append(self.apply_one(chain[-1], self.setup.transformations[tid], sample))
+            chain.append(self.apply_step(chain[-1], self.setup.transformations[tid]))
         return chain
+
+    def apply_step(self, parent: KernelContext, transformation: Transformation
+                   ) -> KernelContext:
+        """The child of the first of `setup.samples` independent applications (sample
+        indices 0, 1, ...) that succeeds. With an applier that checks its children
+        (the LLM applier compiles and validates each), that is the first sample that
+        compiles and computes the right result. Later samples are asked for only when
+        the earlier ones failed, and every sample is cached under its own index, so a
+        repeat replays the same choice without a call. InvalidPoint is final; after
+        every sample failed, ApplyError with the last failure."""
+        failures: list[str] = []
+        for sample in range(self.setup.samples):
+            try:
+                return self.apply_one(parent, transformation, sample)
+            except InvalidPoint:
+                raise
+            except ApplyError as exc:
+                failures.append(str(exc))
+        if len(failures) == 1:
+            raise ApplyError(failures[0])
+        raise ApplyError(f"all {len(failures)} samples failed; last: {failures[-1]}")
 
     def apply_one(
         self, parent: KernelContext, transformation: Transformation, sample: int = 0

@@ -109,7 +109,22 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "compiles": counters.compiles,
         },
         "seconds": round(seconds, 3),
+        **_llm_spend(session),
     }
+
+
+def _llm_spend(session: TuneSession) -> dict[str, Any]:
+    """This run's LLM calls, tokens and dollars (None: no price), in all and per
+    transformation; nothing for an applier that makes no calls."""
+    records = getattr(session.applier, "records", None)
+    if records is None:
+        return {}
+    from peak_tune.appliers.llm.stats import totals, totals_by
+
+    spend = totals(records)
+    spend["tokens"] = spend["prompt_tokens"] + spend["completion_tokens"]
+    spend["by_transformation"] = totals_by(records, "transform_id")
+    return {"llm": spend}
 
 
 def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
@@ -129,6 +144,11 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     cache = data["cache"]
     table.add_row("cache", f"{cache['hits']} hits, {cache['misses']} misses, "
                   f"{cache['compiles']} compiles")
+    if "llm" in data:
+        llm = data["llm"]
+        cost = "cost unknown" if llm["cost_usd"] is None else f"${llm['cost_usd']:.4f}"
+        table.add_row("LLM", f"{llm['calls']} calls, {llm['prompt_tokens']} + "
+                      f"{llm['completion_tokens']} tokens, {cost} (this run)")
     table.add_row("variant", best["context_hash"][:16] or "-")
     table.add_row("storage", data["storage"])
     table.add_row("time", f"{data['seconds']:.1f} s")

@@ -62,6 +62,7 @@ class TuneConfig:
     applier: str = "reference"
     model: str | None = None  # the LLM applier's model (else OPENAI_MODEL)
     llm_settings: Mapping[str, Any] = field(default_factory=dict)  # temperature, repairs, ...
+    samples: int = 1  # independent LLM applications per step; the first that passes is used
     sampler: str = "tpe"
     seed: int | None = 0  # the same seed and catalog ask for the same points
     study: str | None = None
@@ -192,7 +193,7 @@ class TuneSession:
         self.cache = Cache(config.results / "cache")
         self.applier = self._applier()
         setup = PipelineSetup(self.spec, config.dtype, self.device, self.transformations,
-                              config.eval_config)
+                              config.eval_config, config.samples)
         self.pipeline = Pipeline(setup, self.backend, self.applier, self.cache)
         self.encoding = self._encoding()
         self.executor = self._executor(backend_name)  # before the study: fail first
@@ -203,15 +204,28 @@ class TuneSession:
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
 
     def _applier(self) -> Applier:
-        """The reference applier, or the LLM one wired to this backend's compiler so
-        that compile errors go back to the model for repair."""
+        """The reference applier, or the LLM one wired to this backend's compiler and
+        validation so that compile errors and wrong results go back to the model."""
+        if self.config.samples < 1:
+            raise UserError("--samples must be 1 or more")
         if self.config.applier != "llm":
+            if self.config.samples > 1:
+                raise UserError("--samples needs --applier llm (the reference applier is "
+                                "deterministic: every sample would be the same)")
             return make_applier(self.config.applier)
-        from peak_tune.appliers.llm import LLMApplier, LLMConfig, backend_compile_check
+        from peak_tune.appliers.llm import (
+            LLMApplier,
+            LLMConfig,
+            backend_compile_check,
+            backend_result_check,
+        )
 
         settings = LLMConfig.from_env(self.config.model, **dict(self.config.llm_settings))
-        check = backend_compile_check(self.backend, self.config.dtype, str(self.cache.builds))
-        return LLMApplier(settings, compile_check=check)
+        builds = str(self.cache.builds)
+        check = backend_compile_check(self.backend, self.config.dtype, builds)
+        results = None if self.config.replay else backend_result_check(  # replays run nothing
+            self.backend, self.spec, self.config.dtype, builds, self.config.eval_config)
+        return LLMApplier(settings, compile_check=check, result_check=results)
 
     def _executor(self, backend_name: str) -> Executor:
         c = self.config
@@ -351,6 +365,7 @@ class TuneSession:
                 self._journal_llm_calls()
                 on_trial(record)
         except BaseException as exc:
+            self._journal_llm_calls()  # the calls of the stopped trials cost too
             for item in pending:
                 if item.prepared:
                     item.prepared.cancel()
@@ -380,7 +395,7 @@ class TuneSession:
             return
         from peak_tune.appliers.llm.stats import append_records
 
-        append_records(self.cache.folder, records[self._journaled:])
+        append_records(self.cache.folder, records[self._journaled:], self.study.study_name)
         self._journaled = len(records)
 
     @property

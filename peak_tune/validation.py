@@ -336,8 +336,21 @@ def _check_output(buffer: GuardedBuffer, expected: Expected, at: str) -> None:
                f"worst {_index(name, worst)} = {out[worst]:.6g} "
                f"(expected {expected.values[name][worst]:.6g})")
     detail = (f"{message}\nallowed error there: {bound[worst]:.3g}; "
-              f"largest error: {float(np.nanmax(error)):.3g}")
+              f"largest error: {float(np.nanmax(error)):.3g} "
+              f"({float(ratio[worst]):.3g} x the allowed error)\n"
+              f"first elements off: {_examples(name, out, expected.values[name], off)}")
     raise WrongResult(message, detail=detail)
+
+
+def _examples(name: str, out: np.ndarray, expected: np.ndarray, off: np.ndarray,
+              count: int = 4) -> str:
+    """The first `count` wrong elements in memory order: "C[0,3] = 1 (expected 2)"."""
+    flat = np.flatnonzero(off.ravel())[:count]
+    shown = []
+    for position in flat:
+        index = np.unravel_index(int(position), out.shape)
+        shown.append(f"{_index(name, index)} = {out[index]:.6g} (expected {expected[index]:.6g})")
+    return ", ".join(shown)
 
 
 def _index(name: str, index: tuple[Any, ...]) -> str:

@@ -1,9 +1,11 @@
 """A local server speaking the OpenAI chat-completions protocol, for tests.
 
 POST /v1/chat/completions answers from a queue of scripted behaviours (a reply, an HTTP
-error, a slow reply); GET /v1/models lists `models`. Every request is recorded with its
-headers and JSON body, so tests can count calls and see where the API key went. An empty
-queue answers 500 with "no scripted reply", so an unexpected call fails loudly.
+error with optional Retry-After, a slow reply); GET /v1/models lists `models`. Every
+request is recorded with its headers, JSON body and arrival time, so tests can count
+calls, see where the API key went and how requests were spaced; `max_in_flight` is the
+most chat requests the server held at once. An empty queue answers 500 with "no
+scripted reply", so an unexpected call fails loudly.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Behaviour:
     delay_s: float = 0.0
     prompt_tokens: int = 100
     completion_tokens: int = 50
+    retry_after_s: float | None = None  # sent as the Retry-After header of an error
 
 
 def reply(content: str, prompt_tokens: int = 100, completion_tokens: int = 50) -> Behaviour:
@@ -35,8 +38,8 @@ def reply(content: str, prompt_tokens: int = 100, completion_tokens: int = 50) -
                      completion_tokens=completion_tokens)
 
 
-def error(status: int) -> Behaviour:
-    return Behaviour(status=status)
+def error(status: int, retry_after_s: float | None = None) -> Behaviour:
+    return Behaviour(status=status, retry_after_s=retry_after_s)
 
 
 def slow(delay_s: float, content: str = "```c\n```") -> Behaviour:
@@ -49,6 +52,7 @@ class Received:
     path: str
     headers: dict[str, str]  # names in lower case
     body: dict[str, Any] = field(default_factory=dict)
+    at: float = 0.0  # time.monotonic() when the request arrived
 
 
 class LLMServer:
@@ -58,6 +62,8 @@ class LLMServer:
         self.models = models
         self.behaviours: deque[Behaviour] = deque()
         self.received: list[Received] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
@@ -94,6 +100,15 @@ class LLMServer:
         with self._lock:
             self.received.append(received)
 
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
 
 def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -114,25 +129,35 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
-            server._record(Received("POST", self.path, _headers(self), body))
+            server._record(Received("POST", self.path, _headers(self), body, time.monotonic()))
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._json(404, {"error": {"message": "not found", "type": "invalid_request"}})
                 return
-            behaviour = server._next()
+            server._enter()
+            try:
+                self._answer(server._next(), body)
+            finally:
+                server._leave()
+
+        def _answer(self, behaviour: Behaviour, body: dict[str, Any]) -> None:
             if behaviour.delay_s:
                 time.sleep(behaviour.delay_s)
             if behaviour.status == 599:
                 self._json(500, {"error": {"message": "no scripted reply", "type": "server"}})
             elif behaviour.status != 200:
                 self._json(behaviour.status, {"error": {"message": f"scripted {behaviour.status}",
-                                                        "type": "scripted"}})
+                                                        "type": "scripted"}},
+                           behaviour.retry_after_s)
             else:
                 self._json(200, _completion(body.get("model", ""), behaviour))
 
-        def _json(self, status: int, payload: dict[str, Any]) -> None:
+        def _json(self, status: int, payload: dict[str, Any],
+                  retry_after_s: float | None = None) -> None:
             data = json.dumps(payload).encode()
             try:
                 self.send_response(status)
+                if retry_after_s is not None:
+                    self.send_header("Retry-After", f"{retry_after_s:g}")
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

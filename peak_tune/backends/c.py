@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ class CBackend:
         self._profile = profile
         self._host: _Host | None = None
         self._worker = WorkerProcess(_WORKER_MODULE)
+        self._calls = threading.RLock()  # one request to the worker at a time
         self._loaded: set[str] = set()
 
     def __enter__(self) -> CBackend:
@@ -198,14 +200,16 @@ class CBackend:
     def _call(
         self, message: Mapping[str, Any], timeout_s: float, library: str | None
     ) -> dict[str, Any]:
-        """One worker request; a fresh worker when the old one has loaded too many kernels."""
-        if not self._worker.running:
-            self._loaded.clear()
-        if library is not None and library not in self._loaded:
-            if len(self._loaded) >= _MAX_LIBRARIES_PER_WORKER:
-                self.close()
-            self._loaded.add(library)
-        return self._worker.call(message, timeout_s)
+        """One worker request; a fresh worker when the old one has loaded too many kernels.
+        One at a time: the timer and an LLM applier's result check share the worker."""
+        with self._calls:
+            if not self._worker.running:
+                self._loaded.clear()
+            if library is not None and library not in self._loaded:
+                if len(self._loaded) >= _MAX_LIBRARIES_PER_WORKER:
+                    self.close()
+                self._loaded.add(library)
+            return self._worker.call(message, timeout_s)
 
     def _reject_impossible_speed(
         self, spec: KernelSpec, dtype: str, size: ProblemSize, measurement: Measurement

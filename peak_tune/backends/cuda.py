@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -87,6 +88,7 @@ class CudaBackend:
         self._profile = profile
         self._device: dict[str, Any] | None = None
         self._worker = WorkerProcess(_WORKER_MODULE)
+        self._calls = threading.RLock()  # one request to the worker at a time
 
     def __enter__(self) -> CudaBackend:
         return self
@@ -239,9 +241,11 @@ class CudaBackend:
         self._worker.stop()
 
     def _call(self, message: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-        if not self._worker.running:
-            self._start_worker()
-        return self._worker.call(message, timeout_s)
+        """One request at a time: the timer and an LLM applier's result check share it."""
+        with self._calls:
+            if not self._worker.running:
+                self._start_worker()
+            return self._worker.call(message, timeout_s)
 
     def _reject_impossible_speed(
         self, spec: KernelSpec, dtype: str, size: ProblemSize, measurement: Measurement

@@ -3,9 +3,11 @@ chat-completions endpoint (OpenAI, Azure, vLLM, llama.cpp server, Ollama).
 
 One chat call per pass of the transformation; for the C-like backends the "device" and
 "macros" regions are the whole source and a "launch" pass returns the launch geometry
-as JSON. Replies are read strictly (typed errors in .errors); a compile error found by
-the optional `compile_check` is sent back to the model for up to `repairs` attempts.
-Every HTTP attempt is kept in `records`; `usage()` sums tokens per transformation.
+as JSON. Replies are read strictly (typed errors in .errors). A compile error found by
+the optional `compile_check`, or (after the last pass) a wrong result found by the
+optional `result_check`, is sent back to the model; both share `repairs` attempts per
+pass. Every HTTP attempt is kept in `records`; `usage()` sums tokens and dollars per
+transformation.
 """
 
 from __future__ import annotations
@@ -26,14 +28,17 @@ from .compile_check import backend_compile_check
 from .config import LLMConfig
 from .errors import (
     BadLaunchError,
+    BudgetExhausted,
     EndpointError,
     MissingParameterError,
     NoCodeError,
     ScopeError,
     UncompilableError,
+    WrongResultError,
 )
 from .parse import code_block, parse_launch, require_params, require_signature
-from .prompts import PROMPT_VERSION, pass_messages, repair_message
+from .prompts import PROMPT_VERSION, pass_messages, repair_message, wrong_result_message
+from .result_check import ResultCheck, backend_result_check
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -41,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROMPT_VERSION",
     "BadLaunchError",
+    "BudgetExhausted",
     "CallRecord",
     "CheckReport",
     "CompileCheck",
@@ -49,10 +55,13 @@ __all__ = [
     "LLMConfig",
     "MissingParameterError",
     "NoCodeError",
+    "ResultCheck",
     "ScopeError",
     "UncompilableError",
     "Usage",
+    "WrongResultError",
     "backend_compile_check",
+    "backend_result_check",
     "check_endpoint",
 ]
 
@@ -68,8 +77,10 @@ class LLMApplier:
     """Applier that asks a chat model to follow each pass of a transformation.
 
     `config`: the endpoint (default: LLMConfig.from_env()). `compile_check`: returns the
-    compiler's error text for a candidate child, or None when it compiles. `client`: an
-    openai.OpenAI to use instead of one built from the config (tests, custom transports).
+    compiler's error text for a candidate child, or None when it compiles.
+    `result_check`: returns the validator's mismatch summary for a candidate child that
+    computes wrong results, or None. `client`: an openai.OpenAI to use instead of one
+    built from the config (tests, custom transports). Safe to use from several threads.
     """
 
     def __init__(
@@ -77,11 +88,13 @@ class LLMApplier:
         config: LLMConfig | None = None,
         *,
         compile_check: CompileCheck | None = None,
+        result_check: ResultCheck | None = None,
         client: OpenAI | None = None,
         size_symbols: tuple[str, ...] = SIZE_SYMBOLS,
     ) -> None:
         self.config = config if config is not None else LLMConfig.from_env()
         self._compile_check = compile_check
+        self._result_check = result_check
         self._client = client
         self._size_symbols = size_symbols
         self._client_lock = threading.Lock()
@@ -97,13 +110,19 @@ class LLMApplier:
         return list(self._session.records)
 
     def usage(self) -> dict[str, Usage]:
-        """Calls and tokens per transformation id."""
+        """Calls, tokens and dollars per transformation id (dollars None: no price)."""
         totals: dict[str, Usage] = {}
         for r in self._session.records:
             old = totals.get(r.transform_id, Usage(0, 0, 0))
+            cost = None if old.cost_usd is None or r.cost_usd is None else \
+                old.cost_usd + r.cost_usd
             totals[r.transform_id] = Usage(old.calls + 1, old.prompt_tokens + r.prompt_tokens,
-                                           old.completion_tokens + r.completion_tokens)
+                                           old.completion_tokens + r.completion_tokens, cost)
         return totals
+
+    def budget_left(self) -> bool:
+        """False once the token or cost budget is spent (no further call would start)."""
+        return self._session.budget_left()
 
     def apply(
         self,
@@ -118,8 +137,8 @@ class LLMApplier:
             raise ApplyError(f"{transformation.id} has no passes")
         source, launch, record = context.source, dict(context.launch), -1
         for index, step in enumerate(transformation.passes):
-            source, launch, record = self._run_pass(context, transformation, device, index,
-                                                    step, source, launch)
+            source, launch, record = self._run_pass(context, transformation, device,
+                                                    (index, sample), step, source, launch)
         try:
             require_params(source, tuple(p.name for p in transformation.params))
         except MissingParameterError as exc:
@@ -132,19 +151,23 @@ class LLMApplier:
 
     def _run_pass(
         self, parent: KernelContext, transformation: Transformation, device: DeviceProfile,
-        index: int, step: Pass, source: str, launch: dict[str, str],
+        at: tuple[int, int], step: Pass, source: str, launch: dict[str, str],
     ) -> tuple[str, dict[str, str], int]:
-        """(source, launch, index of the accepted reply's record) after one pass, with
-        compile-error repairs."""
+        """(source, launch, index of the accepted reply's record) after pass `at[0]` of
+        sample `at[1]`, with compile-error and wrong-result repairs."""
+        index, sample = at
         if step.region == "launch" and parent.backend == "c":
             raise ApplyError(f"{transformation.id}: the C backend has no launch region")
         current = derive_child(parent, transformation, self.identity, source=source,
                                launch=launch)
         messages = pass_messages(current, transformation, step, index, device,
                                  self._size_symbols)
+        last = index == len(transformation.passes) - 1
+        problem = ("", "")
         for turn in range(self.config.repairs + 1):
             where = Where(transformation.id, index, step.region, turn,
-                          parent=parent.content_hash()[:16], position=len(parent.applied))
+                          parent=parent.content_hash()[:16], position=len(parent.applied),
+                          sample=sample)
             reply, record = self._session.complete(messages, where)
             try:
                 source, launch = self._read_reply(parent, current, step, reply)
@@ -153,16 +176,30 @@ class LLMApplier:
                 raise
             candidate = derive_child(parent, transformation, self.identity, source=source,
                                      launch=launch)
-            error = self._compile_check(candidate) if self._compile_check else None
-            if error is None:
+            found = self._problem(candidate, last)
+            if found is None:
                 return source, launch, record
-            self._session.mark(record, "compile_error", error.splitlines()[0] if error else "")
-            log.info("%s pass %d: compile error, %s", transformation.id, index + 1,
+            problem = found
+            self._session.mark(record, problem[0], _first_line(problem[1]))
+            log.info("%s pass %d: %s, %s", transformation.id, index + 1, problem[0],
                      "repairing" if turn < self.config.repairs else "no repairs left")
-            messages = messages + [{"role": "assistant", "content": reply},
-                                   repair_message(error)]
-        raise UncompilableError(f"{transformation.id} pass {index + 1}: still fails to compile "
-                         f"after {self.config.repairs} repair(s): {_first_line(error)}")
+            follow_up = (repair_message(problem[1]) if problem[0] == "compile_error"
+                         else wrong_result_message(problem[1]))
+            messages = messages + [{"role": "assistant", "content": reply}, follow_up]
+        raise _exhausted(transformation.id, index, self.config.repairs, *problem)
+
+    def _problem(self, candidate: KernelContext, last: bool) -> tuple[str, str] | None:
+        """("compile_error", log) or ("wrong_result", summary) for a candidate, or None.
+        Results are checked after the last pass only: earlier passes may leave the
+        kernel and its launch out of step."""
+        error = self._compile_check(candidate) if self._compile_check else None
+        if error is not None:
+            return "compile_error", error
+        if last and self._result_check is not None:
+            summary = self._result_check(candidate)
+            if summary is not None:
+                return "wrong_result", summary
+        return None
 
     def _read_reply(self, parent: KernelContext, current: KernelContext, step: Pass,
                     reply: str) -> tuple[str, dict[str, str]]:
@@ -182,6 +219,14 @@ class LLMApplier:
 
 def _outcome(exc: ApplyError) -> str:
     return next((name for cls, name in _OUTCOMES.items() if isinstance(exc, cls)), "error")
+
+
+def _exhausted(tid: str, index: int, repairs: int, outcome: str, text: str) -> ApplyError:
+    if outcome == "wrong_result":
+        return WrongResultError(f"{tid} pass {index + 1}: still computes wrong results after "
+                                f"{repairs} repair(s): {_first_line(text)}")
+    return UncompilableError(f"{tid} pass {index + 1}: still fails to compile after "
+                             f"{repairs} repair(s): {_first_line(text)}")
 
 
 def _first_line(text: str | None) -> str:

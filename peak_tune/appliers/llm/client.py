@@ -1,6 +1,7 @@
 """Chat calls through the openai client: retries with exponential backoff on 429, 5xx,
-timeouts and lost connections (the client's own retries are off so every attempt is
-recorded), a per-call timeout, token accounting and a token budget."""
+timeouts and lost connections (a 429's Retry-After is honoured; the client's own retries
+are off so every attempt is recorded), a per-call timeout, caps on requests in flight
+and per minute, token and cost accounting, and token and cost budgets."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from peak_tune.errors import UserError
+
 from .config import LLMConfig
-from .errors import EndpointError
+from .errors import BudgetExhausted, EndpointError
+from .limits import RequestGate
+from .prices import Price, price_for
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -32,7 +37,8 @@ class CallRecord:
     from 1 over the retries of that request. `outcome` is "ok", a transport class
     ("rate_limited", "server_error", "timeout", "connection", "refused") or, set after
     the reply is read, a reply class ("no_code", "scope", "missing_param", "bad_launch",
-    "compile_error").
+    "compile_error", "wrong_result"). `sample` is the application's sample index;
+    `cost_usd` is None when the model has no price; `study` is set when journaled.
     """
 
     transform_id: str
@@ -48,15 +54,20 @@ class CallRecord:
     model: str = ""
     parent: str = ""  # the parent variant's hash (16 hex): one application per parent
     position: int = -1  # steps applied before this one in the sequence
+    sample: int = 0
+    cost_usd: float | None = None
+    study: str = ""
 
 
 @dataclass(frozen=True)
 class Usage:
-    """Calls and tokens spent on one transformation."""
+    """Calls, tokens and dollars (None: the model has no price) spent on one
+    transformation."""
 
     calls: int
     prompt_tokens: int
     completion_tokens: int
+    cost_usd: float | None = 0.0
 
     @property
     def total_tokens(self) -> int:
@@ -81,10 +92,13 @@ class Where:
     turn: int
     parent: str = ""
     position: int = -1
+    sample: int = 0
 
 
 class ChatSession:
-    """Sends chat requests for one applier and keeps the records of every attempt."""
+    """Sends chat requests for one applier and keeps the records of every attempt.
+
+    UserError at once when a cost budget is set and the model has no price."""
 
     def __init__(self, config: LLMConfig, client: Callable[[], OpenAI],
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -92,11 +106,31 @@ class ChatSession:
         self._client = client
         self._sleep = sleep
         self._lock = threading.Lock()
+        self._gate = RequestGate(config.concurrency, config.requests_per_minute, sleep)
+        self.price: Price | None = price_for(config.model, config.prices_file)
+        if config.max_cost_usd and self.price is None:
+            raise UserError(f"--max-cost needs the price of model {config.model!r}, which "
+                            "the price table lacks: give one with --llm-prices FILE")
         self.records: list[CallRecord] = []
 
     def tokens_used(self) -> int:
         with self._lock:
             return sum(r.prompt_tokens + r.completion_tokens for r in self.records)
+
+    def cost_used(self) -> float | None:
+        """Dollars spent so far; None when the model has no price."""
+        if self.price is None:
+            return None
+        with self._lock:
+            return sum(r.cost_usd or 0.0 for r in self.records)
+
+    def budget_left(self) -> bool:
+        """False once the token or cost budget is spent."""
+        try:
+            self._check_budget()
+        except BudgetExhausted:
+            return False
+        return True
 
     def mark(self, index: int, outcome: str, message: str) -> None:
         """Set the outcome of record `index` once its reply has been judged."""
@@ -122,7 +156,8 @@ class ChatSession:
                 if attempt == attempts:
                     raise EndpointError(f"the endpoint failed {attempts} time(s); last: "
                                         f"{message}") from exc
-                delay = min(self._config.backoff_s * 2 ** (attempt - 1), _MAX_BACKOFF_S)
+                delay = min(max(self._config.backoff_s * 2 ** (attempt - 1),
+                                _retry_after_s(exc)), _MAX_BACKOFF_S)
                 log.info("%s pass %d: %s; retry %d in %.1f s", where.transform_id,
                          where.pass_index + 1, outcome, attempt, delay)
                 self._sleep(delay)
@@ -134,18 +169,21 @@ class ChatSession:
 
     def _send(self, messages: list[dict[str, str]]) -> Any:
         client = self._client()
-        return client.chat.completions.create(
-            model=self._config.model, messages=messages,  # type: ignore[arg-type]
-            temperature=self._config.temperature, timeout=self._config.timeout_s,
-        )
+        with self._gate.slot():
+            return client.chat.completions.create(
+                model=self._config.model, messages=messages,  # type: ignore[arg-type]
+                temperature=self._config.temperature, timeout=self._config.timeout_s,
+            )
 
     def _record(self, where: Where, attempt: int, outcome: str, usage: Any,
                 latency_s: float, message: str) -> int:
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost = self.price.cost_usd(prompt, completion) if self.price else None
         record = CallRecord(where.transform_id, where.pass_index, where.region, where.turn,
                             attempt, outcome, prompt, completion, latency_s, message[:200],
-                            self._config.model, where.parent, where.position)
+                            self._config.model, where.parent, where.position, where.sample,
+                            cost)
         log.debug("%s pass %d turn %d attempt %d: %s (%d + %d tokens, %.2f s)",
                   where.transform_id, where.pass_index + 1, where.turn, attempt, outcome,
                   prompt, completion, latency_s)
@@ -155,8 +193,14 @@ class ChatSession:
 
     def _check_budget(self) -> None:
         budget = self._config.max_tokens_total
-        if budget and self.tokens_used() >= budget:
-            raise EndpointError(f"token budget of {budget} exhausted")
+        used = self.tokens_used()
+        if budget and used >= budget:
+            raise BudgetExhausted(f"token budget of {budget} exhausted: {used} tokens used")
+        dollars = self._config.max_cost_usd
+        spent = self.cost_used()
+        if dollars and spent is not None and spent >= dollars:
+            raise BudgetExhausted(f"cost budget of ${dollars:g} exhausted: "
+                                  f"${spent:.4f} spent")
 
 
 def _classify(exc: Exception) -> tuple[str, bool]:
@@ -176,6 +220,15 @@ def _classify(exc: Exception) -> tuple[str, bool]:
     if isinstance(exc, openai.APIError):  # a malformed response body
         return "bad_response", False
     raise exc
+
+
+def _retry_after_s(exc: Exception) -> float:
+    """The seconds a 429 or 503 asks to wait (Retry-After), else 0."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    try:
+        return max(0.0, float(headers.get("retry-after", 0) or 0))
+    except ValueError:  # an HTTP date: fall back to the backoff
+        return 0.0
 
 
 def _reply_text(response: Any) -> str:

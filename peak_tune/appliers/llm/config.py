@@ -21,8 +21,11 @@ class LLMConfig:
 
     `max_retries`: extra attempts of one call after 429, 5xx, timeouts or a lost
     connection (backoff `backoff_s`, doubling). `repairs`: follow-up calls that send a
-    compile error back to the model, per pass. `max_tokens_total`: prompt plus
-    completion tokens all calls may spend (0: no budget).
+    compile error or a wrong result back to the model, per pass. `max_tokens_total`:
+    prompt plus completion tokens all calls may spend (0: no budget); `max_cost_usd`:
+    dollars they may spend, priced by the table (prices.py) plus `prices_file` (0: no
+    budget; the model must then have a price). `concurrency`: requests in flight at
+    once; `requests_per_minute`: request starts per minute (0: no cap).
     """
 
     model: str
@@ -33,6 +36,10 @@ class LLMConfig:
     repairs: int = 2
     max_tokens_total: int = 0
     backoff_s: float = 1.0
+    concurrency: int = 4
+    requests_per_minute: float = 0.0
+    max_cost_usd: float = 0.0
+    prices_file: str = ""  # a TOML price table extending the built-in one
     api_key_env: str = "OPENAI_API_KEY"  # the variable's name, never its value
 
     def __post_init__(self) -> None:
@@ -44,6 +51,9 @@ class LLMConfig:
             "temperature": self.temperature >= 0, "timeout_s": self.timeout_s > 0,
             "max_retries": self.max_retries >= 0, "repairs": self.repairs >= 0,
             "max_tokens_total": self.max_tokens_total >= 0, "backoff_s": self.backoff_s >= 0,
+            "concurrency": self.concurrency >= 1,
+            "requests_per_minute": self.requests_per_minute >= 0,
+            "max_cost_usd": self.max_cost_usd >= 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

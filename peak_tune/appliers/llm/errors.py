@@ -4,15 +4,17 @@ failed, so the study stops (a UserError, never cached)."""
 
 from __future__ import annotations
 
-from peak_tune.errors import ApplyError, EndpointUnavailable
+from peak_tune.errors import ApplyError, BudgetReached, EndpointUnavailable
 
 __all__ = [
     "BadLaunchError",
+    "BudgetExhausted",
     "EndpointError",
     "MissingParameterError",
     "NoCodeError",
     "ScopeError",
     "UncompilableError",
+    "WrongResultError",
 ]
 
 
@@ -39,3 +41,12 @@ class UncompilableError(ApplyError):
 class EndpointError(EndpointUnavailable):
     """The endpoint is unreachable, refused the request (4xx other than 429), kept
     failing after every retry, or the token budget is spent."""
+
+
+class WrongResultError(ApplyError):
+    """The code compiled but still computed wrong results at the check sizes after
+    every repair."""
+
+
+class BudgetExhausted(EndpointError, BudgetReached):
+    """The token or cost budget is spent: no further call starts."""

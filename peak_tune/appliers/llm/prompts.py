@@ -18,9 +18,10 @@ __all__ = [
     "fill_placeholders",
     "pass_messages",
     "repair_message",
+    "wrong_result_message",
 ]
 
-PROMPT_VERSION = 1
+PROMPT_VERSION = 2  # 2: wrong results go back to the model for repair
 LAUNCH_KEYS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_bytes")
 REGION_NAMES = {"device": "device code", "macros": "macros", "launch": "launch geometry"}
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -129,6 +130,22 @@ def repair_message(error: str) -> dict[str, str]:
         "role": "user",
         "content": f"The code failed to compile:\n```\n{text}\n```\nFix it. Reply with the "
                    "whole corrected result in one fenced code block and nothing else.",
+    }
+
+
+def wrong_result_message(summary: str) -> dict[str, str]:
+    """The follow-up asking the model to fix code that compiles but computes wrong
+    results; `summary` is the validator's report (size, elements off, examples)."""
+    text = summary.strip()
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[:_MAX_ERROR_CHARS] + "\n... (truncated)"
+    return {
+        "role": "user",
+        "content": "The code compiles but computes wrong results. The tuner ran it on random "
+                   "inputs and compared the output with a float64 reference:\n"
+                   f"```\n{text}\n```\nFind the bug and fix it, keeping the step's "
+                   "optimisation. Reply with the whole corrected "
+                   "result in one fenced code block and nothing else.",
     }
 
 

@@ -1,9 +1,10 @@
 """Research records of the LLM applier (the paper's questions): per transformation,
 model and position in the sequence, how often an application succeeds, how it fails,
-how many attempts success takes, and the tokens spent.
+how many attempts success takes, and the tokens and dollars spent.
 
-Every call record is appended to `<cache>/llm-calls.jsonl` by the tuning session; one
-application is the calls for one (parent variant, transformation, model).
+Every call record is appended to `<cache>/llm-calls.jsonl` by the tuning session, with
+the study's name; one application is the calls for one (parent variant, transformation,
+model, sample). A cost is None (shown "unknown") when any of its calls had no price.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ from typing import Any
 
 from .client import CallRecord
 
-__all__ = ["JOURNAL", "append_records", "read_records", "summarize", "write_csv"]
+__all__ = ["JOURNAL", "append_records", "dollars", "read_records", "summarize", "totals",
+           "totals_by", "write_csv"]
 
 JOURNAL = "llm-calls.jsonl"
 
 
-def append_records(folder: Path, records: Iterable[CallRecord]) -> None:
+def append_records(folder: Path, records: Iterable[CallRecord], study: str = "") -> None:
     with (folder / JOURNAL).open("a") as handle:
         for record in records:
-            handle.write(json.dumps(asdict(record), sort_keys=True) + "\n")
+            data = asdict(record)
+            data["study"] = study or record.study
+            handle.write(json.dumps(data, sort_keys=True) + "\n")
 
 
 def read_records(folder: Path) -> list[CallRecord]:
@@ -38,11 +42,11 @@ def read_records(folder: Path) -> list[CallRecord]:
 
 def summarize(records: Sequence[CallRecord]) -> list[dict[str, Any]]:
     """One row per (transformation, model, position)."""
-    applications: dict[tuple[str, str, int, str], list[CallRecord]] = defaultdict(list)
+    applications: dict[tuple[str, str, int, str, int], list[CallRecord]] = defaultdict(list)
     for r in records:
-        applications[(r.transform_id, r.model, r.position, r.parent)].append(r)
+        applications[(r.transform_id, r.model, r.position, r.parent, r.sample)].append(r)
     groups: dict[tuple[str, str, int], list[list[CallRecord]]] = defaultdict(list)
-    for (tid, model, position, _), calls in applications.items():
+    for (tid, model, position, _, _), calls in applications.items():
         groups[(tid, model, position)].append(calls)
     rows = []
     for (tid, model, position), apps in sorted(groups.items()):
@@ -55,10 +59,32 @@ def summarize(records: Sequence[CallRecord]) -> list[dict[str, Any]]:
             "mean_calls_to_success": (sum(len(c) for c in succeeded) / len(succeeded)
                                       if succeeded else None),
             "failures": dict(failures),
-            "prompt_tokens": sum(r.prompt_tokens for calls in apps for r in calls),
-            "completion_tokens": sum(r.completion_tokens for calls in apps for r in calls),
+            **totals([r for calls in apps for r in calls]),
         })
     return rows
+
+
+def totals(records: Sequence[CallRecord]) -> dict[str, Any]:
+    """Calls, tokens and dollars (None when a call had no price) of some records."""
+    costs = [r.cost_usd for r in records]
+    return {
+        "calls": len(records),
+        "prompt_tokens": sum(r.prompt_tokens for r in records),
+        "completion_tokens": sum(r.completion_tokens for r in records),
+        "cost_usd": None if any(c is None for c in costs) else sum(c or 0.0 for c in costs),
+    }
+
+
+def totals_by(records: Sequence[CallRecord], field: str) -> dict[str, dict[str, Any]]:
+    """`totals` per value of a record field ("transform_id", "study", "model")."""
+    groups: dict[str, list[CallRecord]] = defaultdict(list)
+    for r in records:
+        groups[str(getattr(r, field))].append(r)
+    return {name: totals(calls) for name, calls in sorted(groups.items())}
+
+
+def dollars(cost: float | None) -> str:
+    return "unknown" if cost is None else f"${cost:.4f}"
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
@@ -66,4 +92,6 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["transformation"])
         writer.writeheader()
         for row in rows:
-            writer.writerow({**row, "failures": json.dumps(row.get("failures", {}))})
+            cost = row.get("cost_usd")
+            writer.writerow({**row, "failures": json.dumps(row.get("failures", {})),
+                             "cost_usd": "unknown" if cost is None else f"{cost:.6f}"})

@@ -1,0 +1,147 @@
+"""`peak-tune --applier llm` end to end with samples, wrong-result repairs, budgets and
+prices: the real openai client, the local protocol server, the real C backend and study."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from peak_tune.appliers.llm.stats import read_records
+from tests.appliers.test_llm import INTERCHANGED, KEY, fenced
+from tests.appliers.test_llm_repair import SKIPS_FIRST_K
+from tests.llm_server import LLMServer, reply
+from tests.test_cli import SMALL, last_json, peak
+from tests.test_cli_llm import chat_calls, endpoint
+
+pytestmark = pytest.mark.llm
+
+PARALLEL = """\
+#ifndef OMP_CHUNK
+#error "OMP_CHUNK must be defined"
+#endif
+void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
+    #pragma omp parallel for schedule(static, OMP_CHUNK)
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) C[i * N + j] = 0;
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < N; j++) C[i * N + j] += A[i * K + k] * B[k * N + j];
+    }
+}
+"""
+
+
+def no_key_anywhere(folder: Path, *outputs: str) -> None:
+    for text in outputs:
+        assert KEY not in text
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_samples_take_the_first_that_passes_and_a_repeat_makes_no_call(
+    tmp_path: Path,
+) -> None:
+    args = ["--sequence", "loop-interchange", "--samples", "4", "--repairs", "0",
+            "--trials", "2", *SMALL, "--json", "--results", str(tmp_path)]
+    with LLMServer() as server:
+        server.script(reply("I would swap the loops."), reply(fenced(SKIPS_FIRST_K)),
+                      reply(fenced(INTERCHANGED)))
+        done = peak(*args, env=endpoint(server.url + "/v1"))
+        assert done.returncode == 0, done.stderr
+        assert chat_calls(server) == 3  # sample 3 is never asked for
+        data = last_json(done.stdout)
+        assert data["best"]["sequence"] == ["loop-interchange"]
+        assert data["trials"]["complete"] == 2
+        assert data["llm"]["calls"] == 3 and data["llm"]["tokens"] == 3 * 150
+        again = peak(*args, env=endpoint(server.url + "/v1"))
+        assert again.returncode == 0, again.stderr
+        assert chat_calls(server) == 3  # every sample comes from the cache
+        assert last_json(again.stdout)["llm"]["calls"] == 0
+    records = read_records(tmp_path / "cache")
+    assert [(r.sample, r.outcome) for r in records] == [
+        (0, "no_code"), (1, "wrong_result"), (2, "ok")]
+    assert records[1].message.startswith("wrong result at 67x53x97")
+    assert {r.study for r in records} == {data["study"]}
+    shown = peak("stats", "--results", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "no_code 1, wrong_result 1" in shown.stdout
+    no_key_anywhere(tmp_path, done.stdout, done.stderr, shown.stdout)
+
+
+def test_a_spent_token_budget_ends_the_run_and_the_study_resumes(tmp_path: Path) -> None:
+    args = ["--study", "s", "--sequence", "loop-interchange,openmp-parallel", *SMALL,
+            "--json", "--results", str(tmp_path)]
+    with LLMServer() as server:
+        server.script(reply(fenced(INTERCHANGED)))  # 150 tokens
+        stopped = peak(*args, "--trials", "3", "--max-tokens-total", "100",
+                       env=endpoint(server.url + "/v1"))
+        assert stopped.returncode == 3, stopped.stderr
+        assert "Traceback" not in stopped.stderr
+        (line,) = [x for x in stopped.stderr.splitlines() if "budget" in x]
+        assert line.startswith("peak-tune: LLM budget reached: token budget of 100 exhausted: "
+                               "150 tokens used (this run: 150 tokens, cost unknown)")
+        assert "resume with --study s" in line
+        assert last_json(stopped.stdout)["trials"]["failed"] == 1
+        assert chat_calls(server) == 1
+        study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/peak.db")
+        (trial,) = study.trials
+        assert trial.state == optuna.trial.TrialState.FAIL
+        assert "token budget of 100 exhausted" in trial.user_attrs["message"]
+        assert len(read_records(tmp_path / "cache")) == 1  # the spent call is journaled
+
+        server.script(reply(fenced(PARALLEL)))
+        resumed = peak(*args, "--trials", "2", "--max-tokens-total", "1000",
+                       env=endpoint(server.url + "/v1"))
+        assert resumed.returncode == 0, resumed.stderr
+        assert chat_calls(server) == 2  # loop-interchange came from the cache
+    data = last_json(resumed.stdout)
+    assert data["trials"] == {**data["trials"], "total": 3, "complete": 2, "failed": 1}
+    assert data["best"]["sequence"] == ["loop-interchange", "openmp-parallel"]
+    no_key_anywhere(tmp_path, stopped.stdout, stopped.stderr, resumed.stdout)
+
+
+def test_cost_in_the_summary_stats_and_csv_is_usage_times_price(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[models."test-model"]\ninput = 2.0\noutput = 8.0\n')
+    results = tmp_path / "results"
+    args = ["--sequence", "loop-interchange", "--trials", "1", *SMALL, "--json",
+            "--results", str(results)]
+    with LLMServer() as server:
+        refused = peak(*args, "--max-cost", "1", env=endpoint(server.url + "/v1"))
+        assert refused.returncode == 2
+        assert refused.stderr.strip().splitlines() == [
+            "peak-tune: error: --max-cost needs the price of model 'test-model', which the "
+            "price table lacks: give one with --llm-prices FILE"]
+        assert chat_calls(server) == 0
+        server.script(reply(fenced(INTERCHANGED), 1000, 500))
+        done = peak(*args, "--max-cost", "1", "--llm-prices", str(prices),
+                    env=endpoint(server.url + "/v1"))
+        assert done.returncode == 0, done.stderr
+    cost = (1000 * 2.0 + 500 * 8.0) / 1e6
+    llm = last_json(done.stdout)["llm"]
+    assert llm["cost_usd"] == pytest.approx(cost)
+    assert llm["by_transformation"]["loop-interchange"]["cost_usd"] == pytest.approx(cost)
+    assert "$0.0060 (this run)" in done.stderr  # the summary table
+    table = tmp_path / "stats.csv"
+    shown = peak("stats", "--results", str(results), "--csv", str(table))
+    assert shown.returncode == 0, shown.stderr
+    (row,) = csv.DictReader(table.open())
+    assert float(row["cost_usd"]) == pytest.approx(cost)
+    assert (row["prompt_tokens"], row["completion_tokens"]) == ("1000", "500")
+    study = last_json(done.stdout)["study"]
+    assert any(study in x and "$0.0060" in x for x in shown.stdout.splitlines())
+    no_key_anywhere(tmp_path, done.stdout, done.stderr, shown.stdout,
+                    json.dumps(llm))
+
+
+def test_samples_need_the_llm_applier(tmp_path: Path) -> None:
+    done = peak("--samples", "2", "--applier", "reference", "--trials", "1", *SMALL,
+                "--results", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("peak-tune: error: --samples needs --applier llm (the "
+                                   "reference applier is deterministic: every sample would "
+                                   "be the same)")
