@@ -130,6 +130,8 @@ def transforms(args: argparse.Namespace) -> int:
         print(f"conflicts  {', '.join(t.conflicts) or '-'}")
         print("parameters " + (", ".join(f"{p.name} in {list(p.values)}" for p in t.params)
                                or "-"))
+        if t.defaults:
+            print("defaults   " + ", ".join(f"{k}={v}" for k, v in t.defaults.items()))
         for i, p in enumerate(t.passes, 1):
             print(f"\n## Pass {i} ({p.region})\n{p.text}")
         return 0
