@@ -168,6 +168,12 @@ class CheckpointStore:
                 return c
         return None
 
+    def check_new_name(self, name: str) -> None:
+        """Raise UserError unless `name` is well formed and free (checked again on add)."""
+        check_name(name)
+        if name in self._load().checkpoints:
+            raise UserError(_taken(name))
+
     # ------------------------------------------------------------------ writing
 
     @contextlib.contextmanager
@@ -186,7 +192,7 @@ class CheckpointStore:
         fd, tmp = tempfile.mkstemp(dir=self.results, prefix=".tmp-checkpoints-")
         try:
             with os.fdopen(fd, "w") as handle:
-                json.dump(data, handle, indent=1, sort_keys=True)
+                json.dump(data, handle, indent=1)
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -203,8 +209,7 @@ class CheckpointStore:
                 name = f"cp{index.counter + 1}"
                 index.counter += 1
             elif name in index.checkpoints:
-                raise UserError(f"checkpoint {name!r} exists already (choose another --name, "
-                                f"or `peak-tune checkpoint delete {name}` first)")
+                raise UserError(_taken(name))
             if draft.parent != SEED and draft.parent not in index.checkpoints:
                 raise UserError(_unknown(draft.parent, index))
             checkpoint = replace(draft, name=name)
@@ -248,6 +253,11 @@ def check_name(name: str) -> None:
     if name == SEED or not _NAME.match(name):
         raise UserError(f"checkpoint name {name!r}: use letters, digits, '.', '_' and '-' "
                         f"(at most 64, not starting with a symbol; {SEED!r} is reserved)")
+
+
+def _taken(name: str) -> str:
+    return (f"checkpoint {name!r} exists already (choose another --name, or "
+            f"`peak-tune checkpoint delete {name}` first)")
 
 
 def _unknown(name: str, index: _Index) -> str:

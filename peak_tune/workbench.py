@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Target:
-    """What to work on; a field left None comes from the starting checkpoint, else the
-    defaults (matmul, the device's backend, cpu, float32, the kernel's default size)."""
+    """What to work on; a field left None comes from the starting checkpoint (from the
+    seed: the current checkpoint), else the defaults (matmul, the device's backend, cpu,
+    float32, the kernel's default size)."""
 
     kernel: str | None = None
     backend: str | None = None
@@ -176,9 +177,13 @@ class Workbench:
                 if mine is not None and mine != theirs:
                     raise UserError(f"checkpoint {start.name!r} is a {theirs} variant, not "
                                     f"{mine} (start from `--from seed` instead)")
-            inherited = Target(start.kernel, start.backend, start.device, start.dtype,
-                               start.size)
-            given = given.over(inherited)
+        # Unset fields come from the starting checkpoint; from the seed, from the current
+        # checkpoint if it is of the same kernel and backend (the session's settings).
+        base = start or self.start_checkpoint(None)
+        if base is not None and given.kernel in (None, base.kernel) and \
+                given.backend in (None, base.backend):
+            given = given.over(Target(base.kernel, base.backend, base.device, base.dtype,
+                                      base.size))
         spec = self.catalog.spec(given.kernel or "matmul")
         device = self.catalog.device(given.device or _default_device(given.backend))
         backend = given.backend or device.backend
@@ -250,6 +255,8 @@ class Workbench:
         Raises UserError for unknown names and illegal steps (nothing is stored),
         ApplyError when the applier failed."""
         start = self.start_checkpoint(request.start)
+        if request.name is not None:
+            self.store.check_new_name(request.name)
         r = self._resolve(request.target, start)
         t = self.transformation(request.transformation, r.spec.name, r.backend)
         parent_label = start.name if start else SEED

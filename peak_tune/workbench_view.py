@@ -103,19 +103,23 @@ def tree_text(checkpoints: Sequence[Checkpoint], current: str | None) -> str:
         lines.append(f"{SEED} ({kernel}, {backend}){marker}")
         group = [c for c in roots if (c.kernel, c.backend) == (kernel, backend)]
         _branch(group, kids, "", current, lines)
-    return "\n".join(lines)
+    width = max(len(line.split("\t")[0]) for line in lines)
+    return "\n".join(line.split("\t")[0].ljust(width) + " " + line.split("\t")[1]
+                     if "\t" in line else line for line in lines)
 
 
 def _branch(group: list[Checkpoint], kids: Mapping[str, list[Checkpoint]], indent: str,
             current: str | None, lines: list[str]) -> None:
+    """One line per checkpoint: the tree part, a tab, the details (aligned later)."""
     for i, c in enumerate(group):
         last = i == len(group) - 1
         mark = "*" if c.name == current else " "
         timing = c.timing()
         speed = (f"{timing.gflops:9.2f} GFLOP/s {timing.ratio or 0:6.3f}x"
                  if timing and timing.status == "ok" else f"{'-':>24}")
-        lines.append(f"{indent}{'└── ' if last else '├── '}{c.name} {mark} {c.transformation:<18}"
-                     f" {speed}  {c.dtype} {c.size_label}  {_params(c.params)}")
+        lines.append(f"{indent}{'└── ' if last else '├── '}{c.name} {mark}\t"
+                     f"{c.transformation:<18} {speed}  {c.dtype} {c.size_label}  "
+                     f"{_params(c.params)}")
         _branch(kids.get(c.name, []), kids, indent + ("    " if last else "│   "), current,
                 lines)
 
