@@ -114,13 +114,14 @@ def _check_arguments(schema: Mapping[str, Any], arguments: Any) -> None:
     if not isinstance(arguments, dict):
         raise ProtocolError(INVALID_PARAMS, "arguments must be an object")
     properties = schema["properties"]
+    for key in arguments:  # a misspelt name is named before the one it stands for
+        if key not in properties:
+            raise ProtocolError(INVALID_PARAMS, f"unknown argument {key!r} (arguments: "
+                                f"{', '.join(properties) or 'none'})")
     for key in schema["required"]:
         if key not in arguments:
             raise ProtocolError(INVALID_PARAMS, f"missing argument {key!r}")
     for key, value in arguments.items():
-        if key not in properties:
-            raise ProtocolError(INVALID_PARAMS, f"unknown argument {key!r} (arguments: "
-                                f"{', '.join(properties) or 'none'})")
         expected = properties[key]["type"]
         if not isinstance(value, _JSON_TYPES[expected]) or isinstance(value, bool):
             raise ProtocolError(INVALID_PARAMS, f"argument {key!r} must be a {expected}")
