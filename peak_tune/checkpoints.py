@@ -76,6 +76,7 @@ class Checkpoint:
     applier: str
     created: str
     timings: Mapping[str, Timing] = field(default_factory=dict)
+    sample: int = 0  # which answer of the applier (see `apply --sample`)
 
     @property
     def size_label(self) -> str:
@@ -162,9 +163,9 @@ class CheckpointStore:
         """A checkpoint already made by the same step from the same parent with the same
         values, measured on the same device, dtype and size."""
         for c in self.all():
-            if (c.parent, c.transformation, c.context_hash, dict(c.params), c.key) == (
-                    draft.parent, draft.transformation, draft.context_hash,
-                    dict(draft.params), draft.key):
+            if (c.parent, c.transformation, c.context_hash, dict(c.params), c.key,
+                    c.sample) == (draft.parent, draft.transformation, draft.context_hash,
+                                  dict(draft.params), draft.key, draft.sample):
                 return c
         return None
 

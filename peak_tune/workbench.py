@@ -282,7 +282,7 @@ class Workbench:
                 context_hash=child.content_hash(), kernel=r.spec.name, backend=r.backend,
                 device=r.device.name, dtype=r.dtype, size=r.size.as_dict(),
                 applier=pipe.applier.identity, created=now(),
-                timings={evaluation.key: evaluation.timing()})
+                timings={evaluation.key: evaluation.timing()}, sample=request.sample)
             checkpoint, reused = self._save(draft, request.name)
         new_label = checkpoint.name if checkpoint else f"{t.id} (not saved)"
         return ApplyResult(

@@ -132,7 +132,8 @@ def show_text(checkpoint: Checkpoint, chain: Sequence[Checkpoint], context: Kern
         f"path       {' > '.join([SEED, *(c.name for c in chain)])}",
         f"sequence   {' > '.join(context.applied) or '(seed)'}",
         f"made by    {checkpoint.transformation} v{checkpoint.transform_version} with "
-        f"{checkpoint.applier}, {checkpoint.created}",
+        f"{checkpoint.applier}" + (f" (sample {checkpoint.sample})" if checkpoint.sample else "")
+        + f", {checkpoint.created}",
         f"parameters {_params(checkpoint.params)}"
         + (f" (defaults: {', '.join(checkpoint.defaults_used)})"
            if checkpoint.defaults_used else ""),

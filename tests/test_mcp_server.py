@@ -122,6 +122,12 @@ def test_failures_are_errors_the_agent_can_read(client):
 
     listed = client.call("list_checkpoints")
     assert listed["structuredContent"] == {"current": "seed", "checkpoints": []}
+    steps = client.call("list_transformations")
+    found = {t["id"]: t for t in steps["structuredContent"]["transformations"]}
+    assert found["tile-interchange"]["requires"] == ["register-blocking"]
+    assert found["cache-blocking"]["params"]["MC"]["default"] == 64
+    assert "tb-tiling" not in found  # only the c backend's steps
+    assert "unroll-k:" in steps["content"][0]["text"]
     code, _, err = client.close()
     assert code == 0, err
 
