@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashboard", "llm",
-             "stats")
+             "stats", "apply", "checkpoint", "mcp")
 
 
 def _size(text: str) -> dict[str, int]:
@@ -161,6 +161,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dashboard", help="open optuna-dashboard on the results' storage")
     _common(p)
     p.add_argument("--port", type=int, default=8080)
+    from peak_tune.cli_workbench import add_parsers
+
+    add_parsers(sub, _size)
     return parser
 
 

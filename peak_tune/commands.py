@@ -1,4 +1,5 @@
-"""The CLI's smaller commands: show, export, transforms, devices, cache, dashboard."""
+"""The CLI's smaller commands: show, export, transforms, devices, cache, dashboard; and
+apply, checkpoint and mcp (peak_tune.cli_workbench)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ import optuna
 from peak_tune import __version__
 from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
+from peak_tune.cli_workbench import apply, checkpoint, mcp
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
 from peak_tune.storage import open_storage, results_storage_url
 
-__all__ = ["cache", "dashboard", "devices", "export", "llm", "show", "stats", "transforms"]
+__all__ = ["apply", "cache", "checkpoint", "dashboard", "devices", "export", "llm", "mcp",
+           "show", "stats", "transforms"]
 
 
 def _storage(args: argparse.Namespace) -> str:
@@ -130,6 +133,8 @@ def transforms(args: argparse.Namespace) -> int:
         print(f"conflicts  {', '.join(t.conflicts) or '-'}")
         print("parameters " + (", ".join(f"{p.name} in {list(p.values)}" for p in t.params)
                                or "-"))
+        if t.defaults:
+            print("defaults   " + ", ".join(f"{k}={v}" for k, v in t.defaults.items()))
         for i, p in enumerate(t.passes, 1):
             print(f"\n## Pass {i} ({p.region})\n{p.text}")
         return 0

@@ -175,7 +175,7 @@ def _launch(path: Path, table: Any, symbols: set[str]) -> dict[str, dict[str, st
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)\n---[ \t]*\n(.*)\Z", re.S)
 _PASS_HEADING = re.compile(r"^##\s+Pass\s+(\d+)\b[^\n]*$", re.M)
 _TRANSFORM_REQUIRED = {"id", "version", "title", "kernels", "backends", "params", "passes"}
-_TRANSFORM_OPTIONAL = {"summary", "requires", "conflicts", "constraints"}
+_TRANSFORM_OPTIONAL = {"summary", "requires", "conflicts", "constraints", "defaults"}
 
 
 def _params(path: Path, table: Any) -> tuple[ParamDomain, ...]:
@@ -193,6 +193,19 @@ def _params(path: Path, table: Any) -> tuple[ParamDomain, ...]:
             raise CatalogError(path, f"params.{name}", "values repeat")
         domains.append(ParamDomain(name, tuple(values)))
     return tuple(domains)
+
+
+def _defaults(path: Path, table: Any, params: tuple[ParamDomain, ...]) -> dict[str, int]:
+    """`defaults: {NAME: value}`: the value `peak-tune apply` uses when none is given."""
+    _typed(path, "defaults", table, dict)
+    domains = {p.name: p for p in params}
+    for name, value in table.items():
+        if name not in domains:
+            raise CatalogError(path, f"defaults.{name}", "not a parameter of this transformation")
+        if _typed(path, f"defaults.{name}", value, int) not in domains[name].values:
+            raise CatalogError(path, f"defaults.{name}",
+                               f"{value} is not one of {list(domains[name].values)}")
+    return dict(table)
 
 
 def _passes(path: Path, declared: Any, body: str) -> tuple[Pass, ...]:
@@ -262,6 +275,7 @@ def load_transformation(path: Path) -> Transformation:
         passes=_passes(path, meta["passes"], match.group(2)),
         summary=str(meta.get("summary", "")),
         path=str(path),
+        defaults=_defaults(path, meta.get("defaults", {}), params),
     )
 
 

@@ -30,6 +30,8 @@ class Transformation:
     `conflicts`: ids that must not have been applied before this one.
     `params`: tuning parameters it introduces, with their allowed values.
     `constraints`: expressions over parameters (its own and earlier ones) that must hold.
+    `defaults`: the value of a parameter when a person applies the transformation by hand
+    without giving one (not part of the identity: the tuner never uses it).
     """
 
     id: str
@@ -44,6 +46,14 @@ class Transformation:
     passes: tuple[Pass, ...]
     summary: str = ""
     path: str = ""
+    defaults: Mapping[str, int] = field(default_factory=dict)
+
+    def default_value(self, name: str) -> tuple[int, bool]:
+        """(value, declared): the declared default, else the first allowed value."""
+        if name in self.defaults:
+            return self.defaults[name], True
+        domain = next(p for p in self.params if p.name == name)
+        return domain.values[0], False
 
     def text_hash(self) -> str:
         """Identity of what an applier is asked to do (id, version, every field, the text)."""

@@ -71,6 +71,8 @@ def test_transformation_parses_passes_and_params(tmp_path):
         (("## Pass 2: launch", "## Notes"), "passes"),
         (("id: demo-step", "id: other-step"), "id"),
         (("kernels: [matmul]", "kernels: [matmul"), "front matter"),
+        (("constraints:", "defaults: {TILE: 12}\nconstraints:"), "defaults.TILE"),
+        (("constraints:", "defaults: {SIZE: 8}\nconstraints:"), "defaults.SIZE"),
     ],
 )
 def test_malformed_transformation_names_file_and_field(tmp_path, change, field):
@@ -80,6 +82,15 @@ def test_malformed_transformation_names_file_and_field(tmp_path, change, field):
     assert info.value.field == field
     assert str(path) in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_declared_default_else_first_value(tmp_path):
+    plain = load_transformation(write(tmp_path, "demo-step.md", GOOD))
+    assert plain.default_value("TILE") == (8, False)
+    text = GOOD.replace("constraints:", "defaults: {TILE: 16}\nconstraints:")
+    declared = load_transformation(write(tmp_path, "demo-step.md", text))
+    assert declared.default_value("TILE") == (16, True)
+    assert declared.text_hash() == plain.text_hash()  # a default changes no application
 
 
 def test_missing_front_matter(tmp_path):
