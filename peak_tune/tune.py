@@ -23,8 +23,8 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 
-from peak_tune.appliers import make_applier
 from peak_tune.appliers.base import Applier
+from peak_tune.appliers.wiring import AppliedWith, LLMJournal, wired_applier
 from peak_tune.backends import BACKENDS, make_backend
 from peak_tune.backends.base import Backend, EvalConfig
 from peak_tune.cache import Cache
@@ -200,7 +200,7 @@ class TuneSession:
         self._appliers = ThreadPoolExecutor(self.apply_workers, thread_name_prefix="apply")
         self.study = self._study(backend_name)
         self.vendor: dict[str, tuple[str, Measurement]] = {}
-        self._journaled = 0  # LLM call records already written to the journal
+        self._journal = LLMJournal(self.cache)
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
 
     def _applier(self) -> Applier:
@@ -212,20 +212,10 @@ class TuneSession:
             if self.config.samples > 1:
                 raise UserError("--samples needs --applier llm (the reference applier is "
                                 "deterministic: every sample would be the same)")
-            return make_applier(self.config.applier)
-        from peak_tune.appliers.llm import (
-            LLMApplier,
-            LLMConfig,
-            backend_compile_check,
-            backend_result_check,
-        )
-
-        settings = LLMConfig.from_env(self.config.model, **dict(self.config.llm_settings))
-        builds = str(self.cache.builds)
-        check = backend_compile_check(self.backend, self.config.dtype, builds)
-        results = None if self.config.replay else backend_result_check(  # replays run nothing
-            self.backend, self.spec, self.config.dtype, builds, self.config.eval_config)
-        return LLMApplier(settings, compile_check=check, result_check=results)
+        against = AppliedWith(self.backend, self.spec, self.config.dtype, self.cache,
+                              self.config.eval_config, run_kernels=self.config.replay is None)
+        return wired_applier(self.config.applier, self.config.model, self.config.llm_settings,
+                             against)
 
     def _executor(self, backend_name: str) -> Executor:
         c = self.config
@@ -389,14 +379,7 @@ class TuneSession:
             self.mirror.pull()
 
     def _journal_llm_calls(self) -> None:
-        """Append the LLM applier's new call records to the cache's journal."""
-        records = getattr(self.applier, "records", None)
-        if not records or len(records) <= self._journaled:
-            return
-        from peak_tune.appliers.llm.stats import append_records
-
-        append_records(self.cache.folder, records[self._journaled:], self.study.study_name)
-        self._journaled = len(records)
+        self._journal.write(self.applier, self.study.study_name)
 
     @property
     def compile_workers(self) -> int:

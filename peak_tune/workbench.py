@@ -10,13 +10,14 @@ the MCP server (peak_tune.mcp_server) are thin layers over this module.
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from peak_tune.appliers import make_applier
 from peak_tune.appliers.base import Applier
+from peak_tune.appliers.wiring import AppliedWith, LLMJournal, wired_applier
 from peak_tune.backends import BACKENDS, make_backend
 from peak_tune.backends.base import Backend, EvalConfig
 from peak_tune.cache import Cache
@@ -149,13 +150,16 @@ class Workbench:
         self._cache: Cache | None = None
         self._backends: dict[str, Backend] = {}
         self._pipelines: dict[tuple[str, str, str, str], Pipeline] = {}
-        self._journaled: dict[int, int] = {}  # LLM call records written, per applier
 
     @property
     def cache(self) -> Cache:
         if self._cache is None:
             self._cache = Cache(self.config.results / "cache")
         return self._cache
+
+    @functools.cached_property
+    def journal(self) -> LLMJournal:
+        return LLMJournal(self.cache)
 
     def close(self) -> None:
         for backend in self._backends.values():
@@ -207,19 +211,15 @@ class Workbench:
                 r.spec.name, r.backend)}
             setup = PipelineSetup(r.spec, r.dtype, device, transformations,
                                   self.config.eval_config)
-            applier = self._applier(backend, r.dtype)
+            applier = self._applier(backend, r.spec, r.dtype)
             self._pipelines[key] = Pipeline(setup, backend, applier, self.cache)
         return self._pipelines[key]
 
-    def _applier(self, backend: Backend, dtype: str) -> Applier:
-        """As a tuning session builds it: the LLM one repairs compile errors."""
-        if self.config.applier != "llm":
-            return make_applier(self.config.applier)
-        from peak_tune.appliers.llm import LLMApplier, LLMConfig, backend_compile_check
-
-        settings = LLMConfig.from_env(self.config.model)
-        check = backend_compile_check(backend, dtype, str(self.cache.builds))
-        return LLMApplier(settings, compile_check=check)
+    def _applier(self, backend: Backend, spec: KernelSpec, dtype: str) -> Applier:
+        """As a tuning session builds it: the LLM one repairs compile errors and wrong
+        results."""
+        against = AppliedWith(backend, spec, dtype, self.cache, self.config.eval_config)
+        return wired_applier(self.config.applier, self.config.model, {}, against)
 
     def context(self, checkpoint: Checkpoint | None, pipe: Pipeline) -> KernelContext:
         if checkpoint is None:
@@ -299,18 +299,7 @@ class Workbench:
         except InvalidPoint as exc:
             raise UserError(f"cannot apply {t.id} to {parent_label}: {exc}") from exc
         finally:
-            self._journal_llm_calls(pipe.applier)
-
-    def _journal_llm_calls(self, applier: Applier) -> None:
-        """The LLM applier's call records go to the cache's journal (`peak-tune stats`)."""
-        records = getattr(applier, "records", None)
-        done = self._journaled.get(id(applier), 0)
-        if not records or len(records) <= done:
-            return
-        from peak_tune.appliers.llm.stats import append_records
-
-        append_records(self.cache.folder, records[done:])
-        self._journaled[id(applier)] = len(records)
+            self.journal.write(pipe.applier)
 
     def _values(self, parent: KernelContext, t: Transformation, inherited: Mapping[str, int],
                 given: Mapping[str, int], label: str) -> tuple[dict[str, int], dict[str, str]]:
