@@ -89,7 +89,7 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         "C backend, one per core for GPU backends)")
     p.add_argument("--apply-workers", type=int, default=0, metavar="N",
                    help="transformations applied at once (default: 1 for the reference "
-                        "applier, 8 for the LLM one)")
+                        "applier, --llm-concurrency for the LLM one)")
     p.add_argument("--executor", default="auto", choices=("auto", "local", "ray"),
                    help="where evaluations run: local (this process) or ray (one worker per "
                         "device, on this machine or a cluster); auto picks ray with more than "

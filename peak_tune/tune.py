@@ -48,7 +48,6 @@ __all__ = ["TrialRecord", "TuneConfig", "TuneSession", "open_session"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LLM_APPLY_WORKERS = 8
 PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
 
 
@@ -77,7 +76,7 @@ class TuneConfig:
     max_steps: int = 12
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
-    apply_workers: int = 0  # applications at once; 0: 1 (reference) or 8 (llm)
+    apply_workers: int = 0  # applications at once; 0: 1 (reference) or --llm-concurrency
     executor: str = "auto"  # local, ray, or auto: ray with several GPUs or a Ray address
     ray_address: str | None = None
     ray_workers: int = 0  # device actors on Ray; 0: one per GPU (per node for C)
@@ -427,7 +426,8 @@ class TuneSession:
         stays repeatable), several for the LLM one (each call waits on the network)."""
         if self.config.apply_workers > 0:
             return self.config.apply_workers
-        return 1 if self.config.applier != "llm" else DEFAULT_LLM_APPLY_WORKERS
+        llm_config = getattr(self.applier, "config", None)  # the LLM client's request cap
+        return int(getattr(llm_config, "concurrency", 1)) if self.config.applier == "llm" else 1
 
     def _job(self, variant: KernelContext, params: dict[str, int]) -> EvalJob:
         """The point at every tuned size; far slower than the best so far is timed once."""

@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -58,8 +59,10 @@ class Received:
 class LLMServer:
     """Threaded HTTP server on 127.0.0.1, a free port. Use as a context manager."""
 
-    def __init__(self, models: tuple[str, ...] = ("test-model",)) -> None:
+    def __init__(self, models: tuple[str, ...] = ("test-model",),
+                 responder: Callable[[dict[str, Any]], Behaviour] | None = None) -> None:
         self.models = models
+        self.responder = responder  # answers from the request once the script is used up
         self.behaviours: deque[Behaviour] = deque()
         self.received: list[Received] = []
         self.in_flight = 0
@@ -92,9 +95,11 @@ class LLMServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
-    def _next(self) -> Behaviour:
+    def _next(self, body: dict[str, Any]) -> Behaviour:
         with self._lock:
-            return self.behaviours.popleft() if self.behaviours else Behaviour(status=599)
+            if self.behaviours:
+                return self.behaviours.popleft()
+        return self.responder(body) if self.responder else Behaviour(status=599)
 
     def _record(self, received: Received) -> None:
         with self._lock:
@@ -135,7 +140,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 return
             server._enter()
             try:
-                self._answer(server._next(), body)
+                self._answer(server._next(body), body)
             finally:
                 server._leave()
 

@@ -44,8 +44,8 @@ def ray_session(results: Path, **over: object) -> TuneSession:
 
 
 def slow_job(session: TuneSession) -> EvalJob:
-    """The seed at 768^3: a few seconds of validation and timing, time to kill its worker."""
-    return EvalJob(session.pipeline.seed, {}, (ProblemSize.of({"M": 768, "N": 768, "K": 768}),),
+    """The seed at 1024^3: several seconds of validation and timing, time to kill its worker."""
+    return EvalJob(session.pipeline.seed, {}, (ProblemSize.of({"M": 1024, "N": 1024, "K": 1024}),),
                    (0.0,))
 
 
@@ -80,7 +80,7 @@ def test_a_job_lost_with_its_worker_runs_again_on_the_restarted_worker(
         assert isinstance(executor, RayExecutor)
         job = slow_job(session)
         pending = executor.submit(job)
-        time.sleep(2)  # compiled and running: the naive kernel takes seconds at this size
+        time.sleep(1.5)  # compiled and running: the naive kernel takes seconds at this size
         ray.kill(ray.get_actor(executor.worker_names[0], namespace=NAMESPACE),
                  no_restart=False)
         outcome = pending.result(timeout=300)[0]
@@ -97,7 +97,7 @@ def test_a_job_lost_too_often_fails_as_a_crash_and_is_not_cached(
     try:
         job = slow_job(session)
         pending = executor.submit(job)
-        time.sleep(2)  # compiled and running: the naive kernel takes seconds at this size
+        time.sleep(1.5)  # compiled and running: the naive kernel takes seconds at this size
         ray.kill(ray.get_actor(executor.worker_names[0], namespace=NAMESPACE),
                  no_restart=False)
         lost = pending.result(timeout=120)[0]

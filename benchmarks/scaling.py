@@ -1,0 +1,133 @@
+"""Scaling of one study: trials per minute with 1..N device workers (the Ray executor),
+and LLM applications per second with 1 vs 8 at once against a local OpenAI-protocol
+server that answers after a fixed delay.
+
+    python benchmarks/scaling.py --backend cuda --device h200 --size 4096 --workers 1,2
+    python benchmarks/scaling.py --backend c --size 256 --workers 1,2 --trials 40
+
+Each worker count tunes from an empty results folder with the same seed, so no run is
+helped by another's cache. The LLM part runs the LLM applier through the same trial loop
+(`--apply-workers`), the server echoing the kernel after `--llm-delay` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from peak_tune.backends.base import EvalConfig  # noqa: E402
+from peak_tune.tune import TuneConfig, open_session  # noqa: E402
+from tests.llm_server import Behaviour, LLMServer  # noqa: E402
+
+_FENCED = re.compile(r"```[a-z+]*\n(.*?)```", re.S)
+
+
+def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
+    """Trials per minute of a fresh search with `workers` device workers on Ray."""
+    with tempfile.TemporaryDirectory(prefix="peak-scaling-") as results:
+        config = TuneConfig(
+            backend=args.backend, device=args.device, dtype=args.dtype,
+            sizes=({"M": args.size, "N": args.size, "K": args.size},),
+            results=Path(results), executor="ray", ray_workers=workers, seed=args.seed,
+            eval_config=EvalConfig(repeats=args.repeats),
+        )
+        session = open_session(config)
+        try:
+            session.measure_vendor()
+            records: list[Any] = []
+            started = time.perf_counter()
+            session.run(args.trials, records.append)
+            seconds = time.perf_counter() - started
+            evaluations = dict(getattr(session.executor, "evaluations", {}))
+        finally:
+            session.close()
+    return {"workers": workers, "trials": len(records), "seconds": round(seconds, 2),
+            "trials_per_minute": round(60 * len(records) / seconds, 1),
+            "best_gflops": round(max((r.gflops for r in records), default=0.0), 2),
+            "evaluations_per_worker": evaluations}
+
+
+def echo_after(delay_s: float) -> Any:
+    """A model that takes `delay_s` and answers with the kernel it was shown."""
+    def respond(body: dict[str, Any]) -> Behaviour:
+        shown = _FENCED.findall(body["messages"][-1]["content"])
+        return Behaviour(content=f"```c\n{shown[0] if shown else ''}```", delay_s=delay_s)
+    return respond
+
+
+def llm_scaling(args: argparse.Namespace, at_once: int) -> dict[str, Any]:
+    """LLM calls per second through the trial loop with `at_once` applications at once."""
+    with tempfile.TemporaryDirectory(prefix="peak-llm-") as results, \
+            LLMServer(responder=echo_after(args.llm_delay)) as server:
+        config = TuneConfig(
+            sizes=({"M": 64, "N": 64, "K": 64},), results=Path(results), applier="llm",
+            model="test-model", apply_workers=at_once, seed=args.seed, executor="local",
+            llm_settings={"base_url": server.url + "/v1", "concurrency": at_once,
+                          "repairs": 0, "max_retries": 0},
+            eval_config=EvalConfig(repeats=3),
+        )
+        import os
+
+        os.environ.setdefault("OPENAI_API_KEY", "sk-scaling-benchmark")
+        session = open_session(config)
+        try:
+            session.measure_vendor()
+            started = time.perf_counter()
+            session.run(args.llm_trials, lambda record: None)
+            seconds = time.perf_counter() - started
+        finally:
+            session.close()
+        calls = len(server.chat_requests())
+    return {"at_once": at_once, "calls": calls, "seconds": round(seconds, 2),
+            "calls_per_second": round(calls / seconds, 2),
+            "max_in_flight_seen_by_server": server.max_in_flight}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="c")
+    parser.add_argument("--device")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workers", default="1,2", help="device worker counts to compare")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--llm-delay", type=float, default=0.5)
+    parser.add_argument("--llm-trials", type=int, default=24)
+    parser.add_argument("--llm-at-once", default="1,8")
+    parser.add_argument("--skip-llm", action="store_true")
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args()
+
+    rows = [device_scaling(args, int(w)) for w in args.workers.split(",")]
+    base = rows[0]["trials_per_minute"]
+    for row in rows:
+        row["speedup"] = round(row["trials_per_minute"] / base, 2) if base else 0.0
+        print(f"devices {row['workers']}: {row['trials_per_minute']:7.1f} trials/min "
+              f"({row['speedup']:.2f}x)  best {row['best_gflops']} GFLOP/s  "
+              f"per worker {row['evaluations_per_worker']}")
+    llm = [] if args.skip_llm else [llm_scaling(args, int(n))
+                                    for n in args.llm_at_once.split(",")]
+    for row in llm:
+        row["speedup"] = round(row["calls_per_second"] / llm[0]["calls_per_second"], 2)
+        print(f"LLM {row['at_once']} at once: {row['calls_per_second']:.2f} calls/s "
+              f"({row['speedup']:.2f}x; server saw {row['max_in_flight_seen_by_server']} at "
+              f"once)")
+    if args.out:
+        args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)},
+                                        "devices": rows, "llm": llm}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
