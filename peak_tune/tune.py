@@ -142,6 +142,12 @@ def _reason(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, UserError) else "interrupted"
 
 
+def resumed_seed(seed: int, finished: int) -> int:
+    """The sampler seed of a run that resumes a study holding `finished` trials:
+    repeatable, and different from the seed that asked for those trials."""
+    return (seed * 1_000_003 + finished) % 2**32
+
+
 def geometric_mean(values: list[float]) -> float:
     if not values or min(values) <= 0:
         return 0.0
@@ -251,6 +257,10 @@ class TuneSession:
             make_sampler(c.sampler, c.seed),
         )
         study = self.mirror.working
+        if study.trials and c.seed is not None:
+            # A resumed study: seeded as at its start, the sampler would ask again for the
+            # points its earlier runs finished. Continue from a seed of its own instead.
+            study.sampler = make_sampler(c.sampler, resumed_seed(c.seed, len(study.trials)))
         existing = study.user_attrs.get("identity")
         if existing and existing != identity:
             raise UserError(f"study {study.study_name!r} was made for {existing}, not {identity}")
