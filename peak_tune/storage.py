@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from peak_tune.errors import UserError
 
-__all__ = ["open_storage", "results_storage_url"]
+__all__ = ["driver_url", "open_storage", "results_storage_url"]
 
 SQLITE_BUSY_WAIT_S = 60  # how long a SQLite writer waits for another one's lock
 _SCHEMA_RACE_TRIES = 8
@@ -27,8 +27,19 @@ def results_storage_url(results: Path) -> str:
     return f"sqlite:///{(results / 'peak.db').resolve()}"
 
 
+def driver_url(url: str) -> str:
+    """`url` with the PostgreSQL driver that the postgres extra installs (psycopg 3) named,
+    so that `postgresql://` works under SQLAlchemy 2.0 (whose default is psycopg2) and 2.1
+    alike. Other URLs, and URLs naming a driver, are returned as given."""
+    for scheme in ("postgresql://", "postgres://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url[len(scheme):]
+    return url
+
+
 def open_storage(url: str) -> BaseStorage:
     """An RDB storage for `url`, created if new, safe against concurrent creators."""
+    url = driver_url(url)
     engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_WAIT_S}} if url.startswith(
         "sqlite") else {"pool_pre_ping": True}
     for attempt in range(_SCHEMA_RACE_TRIES):
