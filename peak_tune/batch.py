@@ -26,7 +26,7 @@ import itertools
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,21 @@ class BatchPlan:
 
 
 @dataclass(frozen=True)
+class _Entry:
+    """One study as written: its values, and where in the file each one was written."""
+
+    label: str  # "study[2]", or "matrix"
+    values: dict[str, Any]
+    keys: dict[str, str] = field(default_factory=dict)  # "device" -> "matrix.devices[1]"
+
+    def key(self, name: str) -> str:
+        """The file's key for `name`: the entry's own, or the top-level default's."""
+        if name in self.keys:
+            return self.keys[name]
+        return f"{self.label}.{name}" if name.split("[")[0] in self.values else name
+
+
+@dataclass(frozen=True)
 class _Overrides:
     """What the command line says; it wins over the file."""
 
@@ -162,10 +177,10 @@ class _Loader:
         if not _NAME.fullmatch(prefix):
             raise self.fail("name", f"{prefix!r}: use letters, digits, '.', '_' and '-'")
         studies: dict[str, BatchStudy] = {}
-        for where, entry in entries:
-            study = self._study(where, entry, prefix, results, storage)
+        for entry in entries:
+            study = self._study(entry, prefix, results, storage)
             if study.name in studies:
-                raise self.fail(where, f"a second study named {study.name!r}")
+                raise self.fail(entry.label, f"a second study named {study.name!r}")
             studies[study.name] = study
         return BatchPlan(self.path, tuple(studies.values()), storage, results)
 
@@ -184,7 +199,7 @@ class _Loader:
         except UserError as exc:
             raise self.fail("catalogs", str(exc)) from exc
 
-    def _matrix_entries(self) -> list[tuple[str, dict[str, Any]]]:
+    def _matrix_entries(self) -> list[_Entry]:
         matrix = self.data.get("matrix")
         if matrix is None:
             return []
@@ -194,48 +209,52 @@ class _Loader:
         for key, axis in zip(_MATRIX, axes, strict=True):
             if not axis:
                 raise self.fail(f"matrix.{key}", "empty list")
-        return [(f"matrix[{kernel}, {device}, {dtype}, {size}]",
-                 {"kernel": kernel, "device": device, "dtype": dtype,
-                  "sizes": [] if size is None else [size]})
-                for kernel, device, dtype, size in itertools.product(*axes)]
+        indexed = [list(enumerate(axis)) for axis in axes]
+        return [_Entry("matrix", {"kernel": kernel, "device": device, "dtype": dtype,
+                                  "sizes": [] if size is None else [size]},
+                       {"kernel": f"matrix.kernels[{a}]", "device": f"matrix.devices[{b}]",
+                        "dtype": f"matrix.dtypes[{c}]", "sizes[0]": f"matrix.sizes[{d}]"})
+                for (a, kernel), (b, device), (c, dtype), (d, size)
+                in itertools.product(*indexed)]
 
-    def _study_entries(self) -> list[tuple[str, dict[str, Any]]]:
+    def _study_entries(self) -> list[_Entry]:
         entries = self.data.get("study", [])
         for i, entry in enumerate(entries):
             if not isinstance(entry, dict):
                 raise self.fail(f"study[{i}]", "expected a table ([[study]])")
             self.check_keys(entry, {**_SETTINGS, **_STUDY_ONLY}, f"study[{i}]")
             self.check_settings(entry, f"study[{i}]")
-        return [(f"study[{i}]", entry) for i, entry in enumerate(entries)]
+        return [_Entry(f"study[{i}]", entry) for i, entry in enumerate(entries)]
 
-    def _study(self, where: str, entry: dict[str, Any], prefix: str, results: Path,
+    def _study(self, entry: _Entry, prefix: str, results: Path,
                storage: str | None) -> BatchStudy:
+        values = entry.values
         settings = {k: v for k, v in self.data.items() if k in _SETTINGS}
-        settings.update({k: v for k, v in entry.items() if k in _SETTINGS})
-        kernel, device_name, dtype = (entry.get("kernel", "matmul"), entry.get("device", "cpu"),
-                                      entry.get("dtype", "float32"))
+        settings.update({k: v for k, v in values.items() if k in _SETTINGS})
+        kernel, device_name, dtype = (values.get("kernel", "matmul"),
+                                      values.get("device", "cpu"), values.get("dtype", "float32"))
         for key, value in (("kernel", kernel), ("device", device_name), ("dtype", dtype)):
             if not isinstance(value, str):
-                raise self.fail(f"{where}.{key}", f"expected a string, got {value!r}")
+                raise self.fail(entry.key(key), f"expected a string, got {value!r}")
         try:
             spec = self.catalog.spec(kernel)
         except UserError as exc:
-            raise self.fail(f"{where}.kernel", str(exc)) from exc
-        device = self._device(where, device_name)
+            raise self.fail(entry.key("kernel"), str(exc)) from exc
+        device = self._device(entry.key("device"), device_name)
         if dtype not in spec.dtypes:
-            raise self.fail(f"{where}.dtype", f"{dtype!r} is not offered by {spec.name} "
-                                              f"(choose from {', '.join(spec.dtypes)})")
-        sizes = tuple(self._size(f"{where}.sizes[{i}]", s, spec.size_symbols)
-                      for i, s in enumerate(entry.get("sizes", [])))
+            raise self.fail(entry.key("dtype"), f"{dtype!r} is not offered by {spec.name} "
+                                                f"(choose from {', '.join(spec.dtypes)})")
+        sizes = tuple(self._size(entry.key(f"sizes[{i}]"), s, spec.size_symbols)
+                      for i, s in enumerate(values.get("sizes", [])))
         label = "_".join("x".join(str(s[k]) for k in spec.size_symbols) for s in sizes)
-        name = entry.get("name") or "-".join(
+        name = values.get("name") or "-".join(
             [prefix, spec.name, device.name, dtype, label or "default"])
         if not _NAME.fullmatch(name):
-            raise self.fail(f"{where}.name", f"{name!r}: use letters, digits, '.', '_', '-'")
+            raise self.fail(entry.key("name"), f"{name!r}: use letters, digits, '.', '_', '-'")
         config = TuneConfig(kernel=kernel, backend=device.backend, device=device.name,
                             dtype=dtype, sizes=sizes, study=name, results=results,
                             storage=storage, catalogs=self.catalog_folders)
-        config = self._settings(where, config, settings, spec.name)
+        config = self._settings(entry, config, settings, spec.name)
         trials = settings.get("trials", 20)
         return BatchStudy(name, config, trials)
 
@@ -243,13 +262,13 @@ class _Loader:
     def catalog_folders(self) -> tuple[str, ...]:
         return tuple(str(p) for p in self.catalog.roots[1:])
 
-    def _device(self, where: str, name: str) -> Any:
+    def _device(self, key: str, name: str) -> Any:
         try:
             device = self.catalog.device(name)
         except UserError as exc:
-            raise self.fail(f"{where}.device", str(exc)) from exc
+            raise self.fail(key, str(exc)) from exc
         if device.backend not in BACKENDS:
-            raise self.fail(f"{where}.device", f"{name!r} needs the {device.backend!r} backend, "
+            raise self.fail(key, f"{name!r} needs the {device.backend!r} backend, "
                                                "which this version does not have")
         return device
 
@@ -285,7 +304,7 @@ class _Loader:
                 if not isinstance(tid, str):
                     raise self.fail(f"{prefix}{key}[{i}]", f"expected a string, got {tid!r}")
 
-    def _settings(self, where: str, config: TuneConfig, settings: dict[str, Any],
+    def _settings(self, entry: _Entry, config: TuneConfig, settings: dict[str, Any],
                   kernel: str) -> TuneConfig:
         """Apply the per-study settings to `config`, checking each choice."""
         get = settings.get
@@ -293,7 +312,7 @@ class _Loader:
             known = {t.id for t in self.catalog.transformations_for(kernel, config.backend or "")}
             for i, tid in enumerate(get(key, [])):
                 if not isinstance(tid, str) or tid not in known:
-                    raise self.fail(f"{where}.{key}[{i}]", f"unknown transformation {tid!r} for "
+                    raise self.fail(f"{entry.key(key)}[{i}]", f"unknown transformation {tid!r} for "
                                                       f"{kernel} on {config.backend}")
         llm = {k: get(k) for k in ("temperature", "repairs", "max_tokens_total")
                if get(k) is not None}
