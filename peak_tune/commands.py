@@ -171,7 +171,8 @@ def dashboard(args: argparse.Namespace) -> int:
     if binary is None:
         raise UserError("optuna-dashboard is not installed: pip install 'peak-tune[dashboard]'")
     print(f"optuna-dashboard on http://127.0.0.1:{args.port} for {storage} (Ctrl-C stops it)")
-    return subprocess.call([binary, driver_url(storage), "--host", "127.0.0.1", "--port", str(args.port)])
+    return subprocess.call([binary, driver_url(storage), "--host", "127.0.0.1", "--port",
+                            str(args.port)])
 
 
 def llm(args: argparse.Namespace) -> int:
