@@ -11,6 +11,7 @@ import itertools
 import logging
 import math
 import os
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -108,9 +109,10 @@ class TrialRecord:
 def _check_results_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        # A probe of its own: drivers started at once must not remove each other's.
+        handle, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
     except OSError as exc:
         raise UserError(f"results folder {str(folder)!r} is not writable: {exc.strerror}") from exc
 
