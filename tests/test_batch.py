@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from peak_tune.batch import load_batch
+from peak_tune.batch import BatchStudy, load_batch
 from peak_tune.errors import UserError
 from tests.conftest import _gpu_missing
 from tests.test_cli import last_json, peak
@@ -190,3 +190,18 @@ def _quiet_studies(results: Path) -> list[list[optuna.trial.FrozenTrial]]:
         return list(studies(results).values())
     except Exception:
         return []
+
+
+def test_parallel_never_overlaps_cpu_timed_studies_or_one_device():
+    from peak_tune.batch_run import StudyProgress, _fits
+    from peak_tune.tune import TuneConfig
+
+    def item(device: str, backend: str) -> StudyProgress:
+        return StudyProgress(BatchStudy(device, TuneConfig(device=device, backend=backend), 1))
+
+    cpu, h200, h100 = item("cpu", "c"), item("h200", "cuda"), item("h100", "cuda")
+    assert _fits(cpu, []) and _fits(h200, [])
+    assert not _fits(cpu, [h200])  # a compiler or driver beside it disturbs CPU timing
+    assert not _fits(h200, [cpu])
+    assert not _fits(item("h200", "cuda"), [h200])  # one study per device
+    assert _fits(h100, [h200])
