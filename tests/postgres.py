@@ -57,6 +57,12 @@ def _server_user() -> pwd.struct_passwd | None:
     raise AssertionError("unreachable")
 
 
+def _open_to_all(folder: str) -> bool:
+    """Whether every user may pass through `folder` and each folder above it."""
+    path = Path(folder).resolve()
+    return all(os.stat(p).st_mode & 0o001 for p in (path, *path.parents))
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -93,8 +99,10 @@ class PostgresServer:
 
 
 def _start(initdb: str, pg_ctl: str) -> PostgresServer:
-    folder = Path(tempfile.mkdtemp(prefix="peak-tune-pg-"))
     user = _server_user()
+    # The server's user must reach its folder: not under a temp dir only root may enter.
+    base = tempfile.gettempdir() if user is None or _open_to_all(tempfile.gettempdir()) else "/tmp"
+    folder = Path(tempfile.mkdtemp(prefix="peak-tune-pg-", dir=base))
     if user is not None:
         os.chown(folder, user.pw_uid, user.pw_gid)
     server = PostgresServer(folder, _free_port(), pg_ctl, user)
