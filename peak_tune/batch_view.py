@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from peak_tune.batch_run import DONE, FAILED, RUNNING, STOPPED, BatchRun, StudyProgress
@@ -23,7 +24,8 @@ def _ratio(item: StudyProgress) -> str:
 
 
 def study_table(batch: BatchRun, final: bool) -> Table:
-    title = f"peak-tune batch: {batch.plan.path}" + ("" if final else " (Ctrl-C stops)")
+    title = f"peak-tune batch: {escape(str(batch.plan.path))}"
+    title += "" if final else " (Ctrl-C stops)"
     table = Table(title=title, title_justify="left")
     for name in ("study", "state", "trials", "best GFLOP/s", "vendor GFLOP/s", "ratio"):
         table.add_column(name, justify="left" if name in ("study", "state") else "right")
@@ -39,7 +41,7 @@ def study_table(batch: BatchRun, final: bool) -> Table:
         if final:
             row += [str(item.new), str(cache.get("compiles", "-")),
                     str(cache.get("hits", "-")), f"{item.seconds:.1f} s"]
-        table.add_row(*row, item.reason)
+        table.add_row(*row, escape(item.reason))  # reasons hold [extras], not markup
     return table
 
 
@@ -80,7 +82,7 @@ class BatchView:
                 f"{item.done}/{item.study.trials} trials")
         if item.state in (DONE, STOPPED):
             text += f", best {item.best_gflops:.2f} GFLOP/s ({_ratio(item)} vendor)"
-        return text + (f": {item.reason}" if item.reason else "")
+        return escape(text + (f": {item.reason}" if item.reason else ""))
 
 
 def batch_json(batch: BatchRun, seconds: float) -> dict[str, Any]:

@@ -106,6 +106,7 @@ def test_a_failing_study_is_reported_and_the_others_run(tmp_path):
     assert gpu["state"] == "failed" and "CUDA backend needs a GPU" in gpu["reason"]
     assert cpu["state"] == "done" and cpu["finished_trials"] == 2
     assert "CUDA backend needs a GPU" in done.stderr and "Traceback" not in done.stderr
+    assert gpu["reason"] in done.stderr.replace("\n", "")  # shown as it is, [extras] too
     assert list(studies(tmp_path / "r")) == [cpu["study"]]  # nothing made for the failed one
 
 
