@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashboard", "llm",
-             "stats", "apply", "checkpoint", "mcp")
+             "stats", "apply", "checkpoint", "mcp", "batch")
 
 
 def _size(text: str) -> dict[str, int]:
@@ -126,6 +126,24 @@ def _llm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llm-timeout", type=float, help="seconds per LLM request (default 120)")
 
 
+def _batch_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("batch", help="run many studies from a TOML file (kernels x devices x "
+                                     "dtypes x sizes) into one storage")
+    p.add_argument("file", metavar="FILE.toml")
+    p.add_argument("--results", metavar="DIR",
+                   help="folder for the storage and the cache (default: the file's, else "
+                        "results)")
+    p.add_argument("--storage", help="Optuna storage URL for every study, e.g. "
+                                     "postgresql://user@host/db (default: the file's, else "
+                                     "SQLite in --results)")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="studies at once (default 1); studies on one device never overlap "
+                        "and C-backend studies (timed on this CPU) always run alone")
+    p.add_argument("--json", action="store_true",
+                   help="print every study's summary as one JSON object on the last line")
+    p.add_argument("-v", "--verbose", action="store_true")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="peak-tune",
@@ -158,6 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", metavar="DIR")
     p.add_argument("--study", help="only the calls of this study")
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
+    _batch_parser(sub)
     p = sub.add_parser("dashboard", help="open optuna-dashboard on the results' storage")
     _common(p)
     p.add_argument("--port", type=int, default=8080)
@@ -252,6 +271,36 @@ def _llm_settings(args: argparse.Namespace) -> dict[str, object]:
     return {k: v for k, v in given if v is not None}
 
 
+def _batch(args: argparse.Namespace) -> int:
+    from peak_tune.batch import load_batch
+    from peak_tune.batch_run import BatchRun
+    from peak_tune.batch_view import BatchView, batch_json, print_batch_summary
+
+    if args.parallel < 1:
+        raise UserError("--parallel must be 1 or more")
+    plan = load_batch(Path(args.file), Path(args.results) if args.results else None,
+                      args.storage, _default_applier())
+    if args.parallel > 1 and any(s.config.executor != "local" for s in plan.studies):
+        raise UserError("--parallel with the Ray executor: each study already spreads over "
+                        "every device of the cluster, so studies run one after another")
+    started = time.perf_counter()
+    stop = _StopRequest()
+    batch = BatchRun(plan, should_stop=stop.requested, parallel=args.parallel)
+    if args.parallel > 1 and sum(s.exclusive for s in plan.studies) > 1:
+        print("peak-tune: C-backend studies run one at a time: timing several at once on "
+              "this CPU would disturb every measurement", file=sys.stderr)
+    with stop.on_ctrl_c(), BatchView(batch) as view:
+        batch.changed = view.changed
+        batch.run()
+    if batch.interrupted:
+        print("peak-tune: interrupted; every study keeps its finished trials and resumes "
+              "when the batch runs again", file=sys.stderr)
+    print_batch_summary(batch, to_stderr=args.json)
+    if args.json:
+        print(json.dumps(batch_json(batch, time.perf_counter() - started)))
+    return 130 if batch.interrupted else 1 if batch.failed else 0
+
+
 class _StopRequest:
     """The first Ctrl-C lets the running trial finish; a second one stops at once."""
 
@@ -292,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "tune":
             return _tune(args)
+        if args.command == "batch":
+            return _batch(args)
         from peak_tune import commands
 
         return int(getattr(commands, args.command)(args))

@@ -20,7 +20,7 @@ from peak_tune.catalog.resolve import Catalog
 from peak_tune.cli_workbench import apply, checkpoint, mcp
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
-from peak_tune.storage import open_storage, results_storage_url
+from peak_tune.storage import driver_url, open_storage, results_storage_url
 
 __all__ = ["apply", "cache", "checkpoint", "dashboard", "devices", "export", "llm", "mcp",
            "show", "stats", "transforms"]
@@ -176,7 +176,8 @@ def dashboard(args: argparse.Namespace) -> int:
     if binary is None:
         raise UserError("optuna-dashboard is not installed: pip install 'peak-tune[dashboard]'")
     print(f"optuna-dashboard on http://127.0.0.1:{args.port} for {storage} (Ctrl-C stops it)")
-    return subprocess.call([binary, storage, "--host", "127.0.0.1", "--port", str(args.port)])
+    return subprocess.call([binary, driver_url(storage), "--host", "127.0.0.1", "--port",
+                            str(args.port)])
 
 
 def llm(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import itertools
 import logging
 import math
 import os
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -114,9 +115,10 @@ class TrialRecord:
 def _check_results_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        # A probe of its own: drivers started at once must not remove each other's.
+        handle, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
     except OSError as exc:
         raise UserError(f"results folder {str(folder)!r} is not writable: {exc.strerror}") from exc
 
@@ -146,6 +148,12 @@ def _default_device(catalog: Catalog, backend: str | None) -> str:
 def _reason(exc: BaseException) -> str:
     """Why the run stopped in a trial, as its failure message."""
     return str(exc) if isinstance(exc, UserError) else "interrupted"
+
+
+def resumed_seed(seed: int, finished: int) -> int:
+    """The sampler seed of a run that resumes a study holding `finished` trials:
+    repeatable, and different from the seed that asked for those trials."""
+    return (seed * 1_000_003 + finished) % 2**32
 
 
 def geometric_mean(values: list[float]) -> float:
@@ -274,6 +282,10 @@ class TuneSession:
             make_sampler(c.sampler, c.seed),
         )
         study = self.mirror.working
+        if study.trials and c.seed is not None:
+            # A resumed study: seeded as at its start, the sampler would ask again for the
+            # points its earlier runs finished. Continue from a seed of its own instead.
+            study.sampler = make_sampler(c.sampler, resumed_seed(c.seed, len(study.trials)))
         existing = study.user_attrs.get("identity")
         if existing and existing != identity:
             raise UserError(f"study {study.study_name!r} was made for {existing}, not {identity}")

@@ -28,3 +28,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason=f"needs a GPU: {_gpu_missing()}")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+from tests.postgres import postgres_server, postgres_url  # noqa: E402, F401  (fixtures)

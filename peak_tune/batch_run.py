@@ -1,0 +1,203 @@
+"""Running a batch: every study opened, resumed up to its trial count, and summarised.
+
+Studies run one after another by default. With `parallel > 1` several run at once in
+threads, but never two on one device, and a study timed on the host CPU (the C backend)
+only runs alone: anything beside it would disturb its timings. A study that fails (its
+device's backend is missing here, its storage refuses it) is reported with its reason
+and the others still run. A stop request lets each running study finish the trials it
+has in flight; studies not started yet are left as they are, ready to resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from peak_tune.batch import BatchPlan, BatchStudy
+from peak_tune.errors import UserError
+from peak_tune.storage import results_storage_url
+from peak_tune.tune import TrialRecord, TuneSession, open_session
+
+__all__ = ["BatchRun", "StudyProgress", "finished_trials"]
+
+log = logging.getLogger(__name__)
+
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+WAITING, OPENING, RUNNING, DONE, FAILED, STOPPED = (
+    "waiting", "opening", "running", "done", "failed", "stopped")
+
+
+@dataclass
+class StudyProgress:
+    """Where one study of the batch stands; the view and the summary read it."""
+
+    study: BatchStudy
+    state: str = WAITING
+    done: int = 0  # finished trials the study holds
+    new: int = 0  # trials this batch run added
+    best_gflops: float = 0.0
+    vendor_gflops: float = 0.0
+    reason: str = ""  # why it failed
+    summary: dict[str, Any] | None = None  # report.summary once it ran
+    seconds: float = 0.0
+
+    @property
+    def ratio(self) -> float | None:
+        return self.best_gflops / self.vendor_gflops if self.vendor_gflops else None
+
+    def as_json(self) -> dict[str, Any]:
+        config = self.study.config
+        data: dict[str, Any] = self.summary or {
+            "study": self.study.name, "kernel": config.kernel, "device": config.device,
+            "backend": self.study.backend, "dtype": config.dtype,
+            "sizes": ["x".join(str(v) for v in s.values()) for s in config.sizes],
+        }
+        return {**data, "state": self.state, "target_trials": self.study.trials,
+                "finished_trials": self.done, "new_trials": self.new, "reason": self.reason}
+
+
+def finished_trials(study: optuna.Study) -> int:
+    """Trials the study holds that were evaluated (not those a hard stop cut short)."""
+    return sum(1 for t in study.get_trials(deepcopy=False, states=_FINISHED)
+               if t.user_attrs.get("status") != "interrupted")
+
+
+@dataclass
+class BatchRun:
+    """Runs a plan's studies; `changed(progress)` is called from any thread on news."""
+
+    plan: BatchPlan
+    changed: Callable[[StudyProgress], None] = lambda progress: None
+    should_stop: Callable[[], bool] = lambda: False
+    parallel: int = 1
+    items: list[StudyProgress] = field(init=False)
+    interrupted: bool = False
+
+    def __post_init__(self) -> None:
+        self.items = [StudyProgress(s) for s in self.plan.studies]
+        self._lock = threading.Lock()
+
+    @property
+    def storage_url(self) -> str:
+        return self.plan.storage or results_storage_url(self.plan.results)
+
+    @property
+    def failed(self) -> list[StudyProgress]:
+        return [item for item in self.items if item.state == FAILED]
+
+    def run(self) -> None:
+        """Run every study; a hard stop (KeyboardInterrupt) ends the batch cleanly."""
+        try:
+            if self.parallel <= 1:
+                for item in self.items:
+                    self._run_or_skip(item)
+            else:
+                self._run_parallel()
+        except KeyboardInterrupt:
+            self.interrupted = True
+        for item in self.items:
+            if item.state in (WAITING, OPENING, RUNNING):
+                self._set(item, STOPPED)
+        self.interrupted = self.interrupted or self.should_stop()
+
+    def _set(self, item: StudyProgress, state: str, reason: str = "") -> None:
+        with self._lock:
+            item.state = state
+            item.reason = reason or item.reason
+        self.changed(item)
+
+    def _run_or_skip(self, item: StudyProgress) -> None:
+        if self.should_stop():
+            self._set(item, STOPPED)
+        else:
+            self._run_study(item)
+
+    def _run_parallel(self) -> None:
+        waiting = list(self.items)
+        running: dict[Future[None], StudyProgress] = {}
+        with ThreadPoolExecutor(self.parallel, thread_name_prefix="study") as pool:
+            while waiting or running:
+                if self.should_stop():
+                    waiting.clear()  # left as they are; `run` marks them stopped
+                for item in list(waiting):
+                    if len(running) < self.parallel and _fits(item, list(running.values())):
+                        waiting.remove(item)
+                        running[pool.submit(self._run_study, item)] = item
+                finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    running.pop(future)
+                    future.result()
+
+    def _run_study(self, item: StudyProgress) -> None:
+        started = time.perf_counter()
+        self._set(item, OPENING)
+        try:
+            session = open_session(item.study.config)
+        except Exception as exc:
+            self._set(item, FAILED, _one_line(exc))
+            return
+        try:
+            self._resume(item, session)
+        except KeyboardInterrupt:
+            self._set(item, STOPPED)
+            raise
+        except Exception as exc:
+            self._set(item, FAILED, _one_line(exc))
+        finally:
+            self._close(item, session, started)
+
+    def _resume(self, item: StudyProgress, session: TuneSession) -> None:
+        """Run the trials the study still lacks (none when it holds its count)."""
+        item.done = finished_trials(session.study)
+        item.best_gflops = session.best_gflops()
+        self._set(item, RUNNING)
+        session.measure_vendor()
+        item.vendor_gflops = session.vendor_gflops()
+        self.changed(item)
+
+        def on_trial(record: TrialRecord) -> None:
+            with self._lock:
+                item.new += 1
+                item.done += 1
+                item.best_gflops = session.best_gflops()
+            self.changed(item)
+
+        session.run(max(0, item.study.trials - item.done), on_trial, self.should_stop)
+        complete = finished_trials(session.study) >= item.study.trials
+        self._set(item, DONE if complete or not self.should_stop() else STOPPED)
+
+    def _close(self, item: StudyProgress, session: TuneSession, started: float) -> None:
+        from peak_tune.report import summary
+
+        try:
+            session.close()
+        except Exception as exc:
+            self._set(item, FAILED, _one_line(exc))
+        item.seconds = time.perf_counter() - started
+        item.done = finished_trials(session.study)
+        item.summary = summary(session, item.seconds)
+        self.changed(item)
+
+
+def _fits(item: StudyProgress, running: list[StudyProgress]) -> bool:
+    """Whether `item` may start beside the running studies without disturbing them."""
+    if item.study.exclusive:
+        return not running
+    return not any(r.study.exclusive or r.study.config.device == item.study.config.device
+                   for r in running)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, UserError):
+        return str(exc)
+    log.debug("study failed", exc_info=exc)
+    text = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {text}"[:300]
