@@ -73,8 +73,9 @@ def test_samples_take_the_first_that_passes_and_a_repeat_makes_no_call(
 
 
 def test_a_spent_token_budget_ends_the_run_and_the_study_resumes(tmp_path: Path) -> None:
+    # one application at a time, so that exactly one trial is in flight when the budget ends
     args = ["--study", "s", "--sequence", "loop-interchange,openmp-parallel", *SMALL,
-            "--json", "--results", str(tmp_path)]
+            "--apply-workers", "1", "--json", "--results", str(tmp_path)]
     with LLMServer() as server:
         server.script(reply(fenced(INTERCHANGED)))  # 150 tokens
         stopped = peak(*args, "--trials", "3", "--max-tokens-total", "100",

@@ -18,13 +18,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
 from peak_tune.backends import make_backend
-from peak_tune.core import Outcome, Status
+from peak_tune.backends.base import Artifact
+from peak_tune.core import Outcome, ProblemSize, Status
 from peak_tune.errors import EvaluationError, InvalidPoint, UserError
 from peak_tune.executors.base import EvalJob
 from peak_tune.pipeline import Pipeline, PipelineSetup, evaluate_built, outcome_of_error
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 NAMESPACE = "peak-tune"  # the device actors are named <run>-device-<i> in it
 _ACTOR_RESTARTS = 4
 _CONNECT_TIMEOUT_S = 10.0
+_CRASH_CONFIRM_DELAY_S = 1.0
 _RESTART_WAIT_S = 600.0  # a worker that does not come back by then is sent jobs again
 _INSTALL_HINT = "pip install 'peak-tune[ray]'"
 
@@ -87,10 +89,22 @@ class DeviceWorker:
         except (InvalidPoint, EvaluationError) as exc:
             return WorkerReply([outcome_of_error(exc)] * len(job.sizes), True, self.label)
         with self._timing:
-            outcomes = [evaluate_built(self.backend, self.setup, built, job.context, values,
-                                       size, cutoff)
+            outcomes = [self._confirmed(built, job, values, size, cutoff)
                         for size, cutoff in zip(job.sizes, job.slow_cutoff_ms, strict=True)]
         return WorkerReply(outcomes, not built.reused, self.label)
+
+    def _confirmed(self, built: Artifact, job: EvalJob, values: Mapping[str, int],
+                   size: ProblemSize, cutoff: float) -> Outcome:
+        """A crash is run once more before it is reported: when Ray stops this actor, its
+        kernel worker dies first, and that must not be cached as the kernel's crash (this
+        actor dies before a second answer, and the driver runs the job elsewhere)."""
+        outcome = evaluate_built(self.backend, self.setup, built, job.context, values, size,
+                                 cutoff)
+        if outcome.status is not Status.RUNTIME_ERROR:
+            return outcome
+        time.sleep(_CRASH_CONFIRM_DELAY_S)
+        return evaluate_built(self.backend, self.setup, built, job.context, values, size,
+                              cutoff)
 
     def ping(self) -> str:
         return self.label
