@@ -103,6 +103,10 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "failed": states["FAIL"],
             "by_outcome": dict(outcomes),
         },
+        "executor": {
+            "name": session.executor.name,
+            "evaluations_by_worker": dict(getattr(session.executor, "evaluations", {})),
+        },
         "cache": {
             "hits": counters.hits,
             "misses": counters.misses,
