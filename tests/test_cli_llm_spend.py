@@ -146,3 +146,36 @@ def test_samples_need_the_llm_applier(tmp_path: Path) -> None:
     assert done.stderr.strip() == ("peak-tune: error: --samples needs --applier llm (the "
                                    "reference applier is deterministic: every sample would "
                                    "be the same)")
+
+
+def test_a_killed_llm_study_resumes_without_asking_twice(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.llm_server import slow
+
+    args = ["--study", "s", "--sequence", "loop-interchange,openmp-parallel", *SMALL,
+            "--json", "--results", str(tmp_path)]
+    with LLMServer() as server:
+        server.script(reply(fenced(INTERCHANGED)), slow(60, fenced(PARALLEL)))
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "peak_tune.cli", *args, "--trials", "3"],
+            env={**os.environ, **endpoint(server.url + "/v1")},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while chat_calls(server) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first answer is in; the second call is in flight
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        assert chat_calls(server) == 2
+        server.script(reply(fenced(PARALLEL)))
+        resumed = peak(*args, "--trials", "2", env=endpoint(server.url + "/v1"))
+        assert resumed.returncode == 0, resumed.stderr
+        asked = [r.body["messages"][-1]["content"] for r in server.chat_requests()]
+    assert len(asked) == 3  # loop-interchange came from the cache, not from the model
+    assert "OMP_CHUNK" in asked[2] and asked[2] == asked[1]
+    assert last_json(resumed.stdout)["best"]["sequence"] == ["loop-interchange",
+                                                             "openmp-parallel"]
