@@ -20,6 +20,7 @@ from peak_tune.catalog.resolve import Catalog
 from peak_tune.cli_workbench import apply, checkpoint, mcp
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
+from peak_tune.serialize import kernel_header
 from peak_tune.storage import driver_url, open_storage, results_storage_url
 
 __all__ = ["apply", "cache", "checkpoint", "dashboard", "devices", "export", "llm", "mcp",
@@ -100,13 +101,8 @@ def provenance_header(study: optuna.Study, best: optuna.trial.FrozenTrial,
         f"sizes {', '.join(identity.get('sizes', []))}",
         f"sequence: {' > '.join(best.user_attrs.get('sequence', [])) or '(seed)'}",
         f"measured: {best.values[0]:.2f} GFLOP/s",
-        "tuning parameters are set below; override them with -DNAME=VALUE",
     ]
-    if context.size_constraints:
-        lines.append(f"requires sizes with: {', '.join(context.size_constraints)}")
-    header = "/*\n" + "".join(f" * {line}\n" for line in lines) + " */\n"
-    macros = "".join(f"#ifndef {k}\n#define {k} {v}\n#endif\n" for k, v in params.items())
-    return header + macros
+    return kernel_header(lines, context, params)
 
 
 def export(args: argparse.Namespace) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from peak_tune.core import KernelContext, Lineage, Measurement, Outcome, ParamDomain, Status
 
-__all__ = ["context_from_json", "context_to_json", "outcome_from_json", "outcome_to_json"]
+__all__ = ["context_from_json", "context_to_json", "kernel_header", "outcome_from_json",
+           "outcome_to_json"]
 
 
 def context_to_json(context: KernelContext) -> dict[str, Any]:
@@ -56,3 +58,13 @@ def outcome_from_json(data: dict[str, Any], cached: bool = False) -> Outcome:
         detail=data.get("detail", ""),
         cached=cached,
     )
+
+
+def kernel_header(lines: list[str], context: KernelContext, params: Mapping[str, int]) -> str:
+    """A comment block saying where a kernel comes from, then its tuning values as macros
+    that -DNAME=VALUE can still override."""
+    lines = [*lines, "tuning parameters are set below; override them with -DNAME=VALUE"]
+    if context.size_constraints:
+        lines.append(f"requires sizes with: {', '.join(context.size_constraints)}")
+    header = "/*\n" + "".join(f" * {line}\n" for line in lines) + " */\n"
+    return header + "".join(f"#ifndef {k}\n#define {k} {v}\n#endif\n" for k, v in params.items())

@@ -8,6 +8,7 @@ from typing import Any
 from peak_tune import __version__
 from peak_tune.checkpoints import SEED, Checkpoint, Timing
 from peak_tune.core import KernelContext
+from peak_tune.serialize import kernel_header
 from peak_tune.workbench import ApplyResult, Evaluation
 
 __all__ = ["apply_json", "apply_text", "checkpoint_json", "compare_text", "evaluation_text",
@@ -179,11 +180,5 @@ def kernel_file(checkpoint: Checkpoint, context: KernelContext) -> str:
         f"kernel {checkpoint.kernel} on {checkpoint.device} ({checkpoint.backend})",
         f"sequence: {' > '.join(context.applied) or '(seed)'}",
         f"measured {checkpoint.key}: {timing_text(timing)}",
-        "tuning parameters are set below; override them with -DNAME=VALUE",
     ]
-    if context.size_constraints:
-        lines.append(f"requires sizes with: {', '.join(context.size_constraints)}")
-    header = "/*\n" + "".join(f" * {line}\n" for line in lines) + " */\n"
-    macros = "".join(f"#ifndef {k}\n#define {k} {v}\n#endif\n"
-                     for k, v in checkpoint.params.items())
-    return header + macros + "\n" + context.source
+    return kernel_header(lines, context, checkpoint.params) + "\n" + context.source

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from peak_tune.catalog.loaders import load_spec, load_transformations
+from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
 
@@ -114,3 +115,18 @@ def check_matmul(kernel: Kernel, dtype: str = "float32",
         assert np.isfinite(c).all(), f"unwritten or non-finite outputs at {m}x{n}x{k}"
         worst = float(error.max())
         assert worst <= TOLERANCE[dtype], f"wrong result at {m}x{n}x{k}: error {worst:.3g}"
+
+
+# ------------------------------------------------- fixtures of the LLM applier's tests
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return Catalog.with_user_folders()
+
+
+@pytest.fixture(scope="module")
+def c_seed(catalog: Catalog) -> KernelContext:
+    spec = catalog.spec("matmul")
+    return KernelContext(kernel="matmul", backend="c", source=spec.sources["c"],
+                         entry=spec.entry["c"])

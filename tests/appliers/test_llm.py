@@ -92,18 +92,6 @@ def fenced(code: str, language: str = "c") -> str:
 
 
 @pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return Catalog.with_user_folders()
-
-
-@pytest.fixture(scope="module")
-def c_seed(catalog: Catalog) -> KernelContext:
-    spec = catalog.spec("matmul")
-    return KernelContext(kernel="matmul", backend="c", source=spec.sources["c"],
-                         entry=spec.entry["c"])
-
-
-@pytest.fixture(scope="module")
 def cpu() -> DeviceProfile:
     return DeviceProfile(name="cpu", title="test CPU", backend="c", peak_gflops={},
                          memory_bandwidth_gbs=0.0,

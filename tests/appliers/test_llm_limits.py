@@ -24,18 +24,6 @@ PRICES = '[models."test-model"]\ninput = 2.0\noutput = 8.0\n'
 
 
 @pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return Catalog.with_user_folders()
-
-
-@pytest.fixture(scope="module")
-def c_seed(catalog: Catalog) -> KernelContext:
-    spec = catalog.spec("matmul")
-    return KernelContext(kernel="matmul", backend="c", source=spec.sources["c"],
-                         entry=spec.entry["c"])
-
-
-@pytest.fixture(scope="module")
 def loop(catalog: Catalog) -> Transformation:
     return catalog.transformations["loop-interchange"]
 

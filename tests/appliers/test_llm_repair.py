@@ -35,11 +35,6 @@ DROPS_LAST_ODD_ROW = INTERCHANGED.replace("for (int i = 0; i < M; i++) {",
 
 
 @pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return Catalog.with_user_folders()
-
-
-@pytest.fixture(scope="module")
 def backend(catalog: Catalog) -> Iterator[Backend]:
     made = make_backend("c", catalog.device("cpu"))
     try:
@@ -51,13 +46,6 @@ def backend(catalog: Catalog) -> Iterator[Backend]:
 @pytest.fixture(scope="module")
 def cpu(backend: Backend) -> DeviceProfile:
     return backend.probe()
-
-
-@pytest.fixture(scope="module")
-def c_seed(catalog: Catalog) -> KernelContext:
-    spec = catalog.spec("matmul")
-    return KernelContext(kernel="matmul", backend="c", source=spec.sources["c"],
-                         entry=spec.entry["c"])
 
 
 @pytest.fixture(scope="module")
