@@ -6,18 +6,21 @@ server that answers after a fixed delay.
     python benchmarks/scaling.py --backend c --size 256 --workers 1,2 --trials 40
 
 Each worker count tunes from an empty results folder with the same seed, so no run is
-helped by another's cache. The LLM part runs the LLM applier through the same trial loop
-(`--apply-workers`), the server echoing the kernel after `--llm-delay` seconds.
+helped by another's cache. The LLM part runs the LLM applier and its client
+(its applications, on a pool as the trial loop's), the server echoing the kernel
+after `--llm-delay` seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from peak_tune.backends.base import EvalConfig  # noqa: E402
+from peak_tune.errors import ApplyError, InvalidPoint  # noqa: E402
 from peak_tune.tune import TuneConfig, open_session  # noqa: E402
 from tests.llm_server import Behaviour, LLMServer  # noqa: E402
 
@@ -65,24 +69,32 @@ def echo_after(delay_s: float) -> Any:
 
 
 def llm_scaling(args: argparse.Namespace, at_once: int) -> dict[str, Any]:
-    """LLM calls per second through the trial loop with `at_once` applications at once."""
+    """LLM applications per second with `at_once` in flight: distinct applications (one
+    transformation, sample indices 0..n-1) through the session's pipeline and applier,
+    the way the trial loop's apply pool runs them."""
     with tempfile.TemporaryDirectory(prefix="peak-llm-") as results, \
             LLMServer(responder=echo_after(args.llm_delay)) as server:
+        os.environ.setdefault("OPENAI_API_KEY", "sk-scaling-benchmark")
         config = TuneConfig(
             sizes=({"M": 64, "N": 64, "K": 64},), results=Path(results), applier="llm",
-            model="test-model", apply_workers=at_once, seed=args.seed, executor="local",
+            model="test-model", apply_workers=at_once, executor="local",
             llm_settings={"base_url": server.url + "/v1", "concurrency": at_once,
                           "repairs": 0, "max_retries": 0},
-            eval_config=EvalConfig(repeats=3),
         )
-        import os
-
-        os.environ.setdefault("OPENAI_API_KEY", "sk-scaling-benchmark")
         session = open_session(config)
         try:
-            session.measure_vendor()
+            step = session.transformations[args.llm_transformation]
+            seed = session.pipeline.seed
+
+            def apply(sample: int) -> None:
+                try:
+                    session.pipeline.apply_one(seed, step, sample)
+                except (ApplyError, InvalidPoint):
+                    pass  # the echoed kernel may not be a valid application: still a call
+
             started = time.perf_counter()
-            session.run(args.llm_trials, lambda record: None)
+            with ThreadPoolExecutor(at_once) as pool:
+                list(pool.map(apply, range(args.llm_calls)))
             seconds = time.perf_counter() - started
         finally:
             session.close()
@@ -103,7 +115,8 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2", help="device worker counts to compare")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--llm-delay", type=float, default=0.5)
-    parser.add_argument("--llm-trials", type=int, default=24)
+    parser.add_argument("--llm-calls", type=int, default=32)
+    parser.add_argument("--llm-transformation", default="loop-interchange")
     parser.add_argument("--llm-at-once", default="1,8")
     parser.add_argument("--skip-llm", action="store_true")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")

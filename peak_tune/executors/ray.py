@@ -269,8 +269,10 @@ def _init(ray: Any, settings: RaySettings) -> None:
             ray.init(address=settings.address, namespace=NAMESPACE, log_to_driver=False,
                      logging_level=logging.WARNING)
         else:
-            ray.init(num_cpus=settings.local_cpus, namespace=NAMESPACE, include_dashboard=False,
-                     log_to_driver=False, logging_level=logging.WARNING)
+            # "local": a Ray of its own, never a cluster some earlier `ray start` left
+            ray.init(address="local", num_cpus=settings.local_cpus, namespace=NAMESPACE,
+                     include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING)
     except Exception as exc:
         where = settings.address or "a local Ray"
         raise UserError(f"cannot start or reach {where}: {_first_line(exc)}") from exc

@@ -30,7 +30,7 @@ SIZE = {"M": 64, "N": 64, "K": 64}
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              namespace="peak-tune")
     yield
     ray.shutdown()
