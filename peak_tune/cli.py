@@ -122,6 +122,9 @@ def _llm_options(p: argparse.ArgumentParser) -> None:
                    help="TOML price table extending the built-in one (USD per million tokens)")
     p.add_argument("--llm-concurrency", type=int, help="LLM requests in flight at once "
                    "(default 4)")
+    p.add_argument("--llm-config", metavar="FILE",
+                   help="LLM settings for this study in TOML (model, base_url, temperature, "
+                        "repairs, ...); options given here win")
     p.add_argument("--llm-rpm", type=float, help="LLM requests started per minute at most")
     p.add_argument("--llm-timeout", type=float, help="seconds per LLM request (default 120)")
 
@@ -186,6 +189,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def _default_applier() -> str:
     """llm when an endpoint is configured (a model and a key), else the offline one."""
     configured = os.environ.get("OPENAI_MODEL") and os.environ.get("OPENAI_API_KEY")
@@ -197,10 +204,17 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
 
     if args.trials < 0:
         raise UserError("--trials must be zero or more")
+    llm_file: dict[str, object] = {}
+    if args.llm_config:
+        from peak_tune.appliers.llm.config import load_llm_settings
+
+        llm_file = load_llm_settings(Path(args.llm_config))
     return TuneConfig(
         kernel=args.kernel, backend=args.backend, device=args.device, dtype=args.dtype,
-        sizes=tuple(args.size), applier=args.applier or _default_applier(), model=args.model,
-        llm_settings=_llm_settings(args), samples=args.samples,
+        sizes=tuple(args.size),
+        applier=args.applier or ("llm" if args.llm_config else _default_applier()),
+        model=args.model or _text(llm_file.pop("model", None)),
+        llm_settings={**llm_file, **_llm_settings(args)}, samples=args.samples,
         sampler=args.sampler, seed=args.seed,
         study=args.study, results=Path(args.results), storage=args.storage,
         catalogs=tuple(args.catalog), encoding=args.encoding, illegal=args.illegal,

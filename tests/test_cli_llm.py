@@ -94,3 +94,34 @@ def test_llm_check_reports_on_the_endpoint() -> None:
     assert down.returncode == 2
     assert "cannot connect" in down.stdout
     assert KEY not in down.stdout + down.stderr
+
+
+def test_a_study_config_file_sets_the_endpoint_model_and_settings(tmp_path: Path) -> None:
+    with LLMServer(models=("file-model",)) as server:
+        server.script(reply(fenced(INTERCHANGED)))
+        config = tmp_path / "llm.toml"
+        config.write_text(f'model = "file-model"\nbase_url = "{server.url}/v1"\n'
+                          "temperature = 0.7\nrepairs = 1\n")
+        done = peak("--llm-config", str(config), "--sequence", "loop-interchange",
+                    "--trials", "2", *SMALL, "--json", "--results", str(tmp_path / "r"),
+                    env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+        assert done.returncode == 0, done.stderr
+        (request,) = server.chat_requests()
+    assert request.body["model"] == "file-model"
+    assert request.body["temperature"] == 0.7
+    assert last_json(done.stdout)["best"]["sequence"] == ["loop-interchange"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('model = "m"\napi_key = "sk-in-a-file"\n', "API keys do not go in files"),
+    ('model = "m"\ntemprature = 0.1\n', "unknown LLM setting(s) temprature"),
+    ('model = "m"\ntemperature = \n', "not valid TOML"),
+])
+def test_a_bad_study_config_file_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "llm.toml"
+    config.write_text(text)
+    done = peak("--llm-config", str(config), "--trials", "1", *SMALL,
+                "--results", str(tmp_path / "r"), env={"OPENAI_API_KEY": KEY})
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and message in done.stderr
+    assert "sk-in-a-file" not in done.stderr

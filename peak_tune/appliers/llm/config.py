@@ -4,13 +4,15 @@ and is never a field: it cannot reach a repr, an identity, a cache key or a log.
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from peak_tune.errors import UserError
 
-__all__ = ["LLMConfig", "redact_url"]
+__all__ = ["LLMConfig", "load_llm_settings", "redact_url"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -86,6 +88,33 @@ class LLMConfig:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["base_url"] = redact_url(self.base_url)
         return "LLMConfig(" + ", ".join(f"{k}={v!r}" for k, v in values.items()) + ")"
+
+
+def load_llm_settings(path: Path) -> dict[str, object]:
+    """An LLM config file (TOML): LLMConfig fields by name, e.g. one per study:
+
+        model = "gpt-4o-mini"
+        base_url = "http://localhost:8000/v1"
+        temperature = 0.2
+        repairs = 3
+
+    Unknown keys and a key written into the file are errors: keys come from the
+    environment (`api_key_env` names the variable)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the LLM config: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}") from exc
+    if any("key" in name and name != "api_key_env" for name in data):
+        raise UserError(f"{path}: API keys do not go in files; set {LLMConfig.api_key_env} "
+                        "(or name another variable with api_key_env)")
+    known = {f.name: f.type for f in fields(LLMConfig)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise UserError(f"{path}: unknown LLM setting(s) {', '.join(unknown)} (known: "
+                        f"{', '.join(sorted(known))})")
+    return dict(data)
 
 
 def redact_url(url: str) -> str:
