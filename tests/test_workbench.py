@@ -219,3 +219,30 @@ def test_a_step_the_applier_cannot_do_fails_cleanly_and_saves_nothing(chain, tmp
     assert "apply error" in done.stderr and "my-step" in done.stderr
     assert "Traceback" not in done.stderr
     assert (results / "checkpoints.json").read_bytes() == before
+
+
+@pytest.mark.llm
+def test_apply_with_the_llm_applier_asks_once_and_journals_the_call(tmp_path):
+    from tests.appliers.test_llm import INTERCHANGED, KEY, fenced
+    from tests.llm_server import LLMServer, reply
+    from tests.test_cli_llm import endpoint
+
+    results = tmp_path / "results"
+    with LLMServer() as server:
+        server.script(reply(fenced(INTERCHANGED)))
+        env = endpoint(server.url + "/v1")
+        done = peak("apply", "loop-interchange", "--applier", "llm", *SMALL, "--json",
+                    "--results", str(results), env=env)
+        assert done.returncode == 0, done.stderr
+        again = peak("apply", "loop-interchange", "--applier", "llm", "--from", "seed",
+                     "--json", "--results", str(results), env=env)
+        assert again.returncode == 0, again.stderr
+        assert len(server.chat_requests()) == 1  # the repeat came from the cache
+    data = last_json(done.stdout)
+    assert data["status"] == "ok" and data["gflops"] > 0
+    assert "--- a/seed" in done.stderr  # the diff of what the model wrote
+    journal = (results / "cache" / "llm-calls.jsonl").read_text().splitlines()
+    assert len(journal) == 1 and "loop-interchange" in journal[0]
+    for path in results.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
