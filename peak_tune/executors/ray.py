@@ -1,12 +1,12 @@
 """Evaluation on a Ray cluster: one actor per device, the driver alone writes the cache.
 
 Each actor owns one device (`num_gpus=1` for GPU backends, one CPU host for the C
-backend) and one backend with its killable kernel worker. It builds several variants
-at once in its threads (on its own node, where the build must load) and times them one
-at a time, so two timings never share a device. The driver answers what the cache
+backend) and one backend with its killable kernel worker, and times one variant at a
+time, so two timings never share a device. Variants are built by Ray tasks on free CPUs
+anywhere in the cluster and shipped to the actor (a cubin is one file), or, for the C
+backend, in the actor's own threads on its node. The driver answers what the cache
 knows, sends the rest to the least busy actor, and stores what comes back. An actor
-that dies (a node lost, a worker killed) is restarted by Ray; the trial it was running
-is classified as a crash and the study goes on.
+that dies (a node lost, a worker killed) is restarted by Ray and its job runs again.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from peak_tune.backends import make_backend
@@ -30,7 +31,7 @@ from peak_tune.errors import EvaluationError, InvalidPoint, UserError
 from peak_tune.executors.base import EvalJob
 from peak_tune.pipeline import Pipeline, PipelineSetup, evaluate_built, outcome_of_error
 
-__all__ = ["NAMESPACE", "RayExecutor", "RaySettings"]
+__all__ = ["NAMESPACE", "BuiltVariant", "RayExecutor", "RaySettings", "build_variant"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,11 @@ class RaySettings:
     # A job whose worker died is run again this many times (a lost node is not the
     # kernel's fault); lost once more, the trial fails as a crash.
     retries_on_loss: int = 2
+    # Where variants are built: "cpu", as Ray tasks on any node's free CPUs, shipped to
+    # the device's node (NVRTC needs no GPU); "device", in the device actor's threads;
+    # "auto": cpu, but device for the C backend, whose -march=native build is for the
+    # node that runs it (on a cluster of one kind of CPU, "cpu" is fine for C too).
+    build_on: str = "auto"
 
 
 @dataclass
@@ -71,6 +77,28 @@ class WorkerReply:
     worker: str
 
 
+@dataclass(frozen=True)
+class BuiltVariant:
+    """A build made on a CPU worker: the artifact and its one file, to land on the
+    device's node; or the outcome of a build that failed."""
+
+    artifact: Artifact | None
+    payload: bytes = b""
+    failed: Outcome | None = None
+
+
+def build_variant(backend_name: str, setup: PipelineSetup, job: EvalJob) -> BuiltVariant:
+    """A Ray task (num_cpus=1): compile where there is a free CPU; no device needed."""
+    backend = make_backend(backend_name, setup.device)
+    values = {p.name: job.params[p.name] for p in job.context.params}
+    with tempfile.TemporaryDirectory(prefix="peak-tune-build-") as folder:
+        try:
+            artifact = backend.compile(job.context, values, setup.dtype, folder)
+        except (InvalidPoint, EvaluationError) as exc:
+            return BuiltVariant(None, failed=outcome_of_error(exc))
+        return BuiltVariant(artifact, Path(artifact.path).read_bytes())
+
+
 class DeviceWorker:
     """The actor's body: one device, its backend, builds in threads, one timing at a time."""
 
@@ -82,16 +110,31 @@ class DeviceWorker:
         self.build_dir = tempfile.mkdtemp(prefix="peak-tune-builds-")
         self._timing = threading.Lock()
 
-    def evaluate(self, job: EvalJob) -> WorkerReply:
+    def evaluate(self, job: EvalJob, shipped: BuiltVariant | None = None) -> WorkerReply:
+        """Validate and time `job`: built here, or `shipped` from a CPU worker."""
         values = {p.name: job.params[p.name] for p in job.context.params}
         try:
-            built = self.backend.compile(job.context, values, self.setup.dtype, self.build_dir)
+            built = (self._landed(shipped) if shipped is not None else
+                     self.backend.compile(job.context, values, self.setup.dtype, self.build_dir))
         except (InvalidPoint, EvaluationError) as exc:
             return WorkerReply([outcome_of_error(exc)] * len(job.sizes), True, self.label)
+        if isinstance(built, Outcome):
+            return WorkerReply([built] * len(job.sizes), True, self.label)
         with self._timing:
             outcomes = [self._confirmed(built, job, values, size, cutoff)
                         for size, cutoff in zip(job.sizes, job.slow_cutoff_ms, strict=True)]
         return WorkerReply(outcomes, not built.reused, self.label)
+
+    def _landed(self, shipped: BuiltVariant) -> Artifact | Outcome:
+        """The shipped build written into this actor's build folder (once)."""
+        if shipped.artifact is None:
+            return shipped.failed or Outcome(Status.COMPILE_ERROR, message="no build")
+        path = Path(self.build_dir) / Path(shipped.artifact.path).name
+        if not path.exists():
+            partial = path.with_suffix(path.suffix + f".{uuid.uuid4().hex}.part")
+            partial.write_bytes(shipped.payload)
+            partial.replace(path)
+        return replace(shipped.artifact, path=str(path))
 
     def _confirmed(self, built: Artifact, job: EvalJob, values: Mapping[str, int],
                    size: ProblemSize, cutoff: float) -> Outcome:
@@ -126,6 +169,12 @@ class RayExecutor:
         if self._started_ray:
             _init(ray, settings)
         per_worker = 1 if backend_name == "c" else settings.builds_per_worker
+        if settings.build_on not in ("auto", "cpu", "device"):
+            raise UserError(f"unknown build place {settings.build_on!r} (auto, cpu, device)")
+        on_cpu = settings.build_on == "cpu" or (settings.build_on == "auto"
+                                                and backend_name != "c")
+        self._builder = ray.remote(num_cpus=1)(build_variant) if on_cpu else None
+        self._backend_name = backend_name
         count = settings.workers or _default_workers(ray, backend_name)
         options: dict[str, Any] = {
             "max_restarts": _ACTOR_RESTARTS, "max_task_retries": 0,
@@ -173,7 +222,9 @@ class RayExecutor:
             up = [i for i in range(len(self._workers)) if i not in self._down]
             index = min(up, key=self._busy.__getitem__)
             self._busy[index] += 1
-        reply = self._workers[index].evaluate.remote(pending.job)
+        shipped = (self._builder.remote(self._backend_name, self.pipeline.setup, pending.job)
+                   if self._builder is not None else None)
+        reply = self._workers[index].evaluate.remote(pending.job, shipped)
         reply.future().add_done_callback(lambda done: self._finished(done, index, pending))
 
     def _finished(self, done: Future[WorkerReply], index: int, pending: _Pending) -> None:

@@ -10,16 +10,20 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
 import pytest
 
 from peak_tune.backends.base import EvalConfig
+from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import ProblemSize, Status
 from peak_tune.executors.base import EvalJob
-from peak_tune.executors.ray import NAMESPACE, RayExecutor, RaySettings
+from peak_tune.executors.ray import NAMESPACE, RayExecutor, RaySettings, build_variant
+from peak_tune.pipeline import PipelineSetup, seed_context
 from peak_tune.tune import TuneConfig, TuneSession, open_session
+from tests.nvrtc import needs_nvrtc
 
 ray = pytest.importorskip("ray")
 
@@ -164,3 +168,34 @@ def test_a_killed_driver_resumes_without_repeating_finished_trials(tmp_path: Pat
     after = optuna.load_study(study_name="resumable", storage=storage).trials
     assert len(after) == len(before) + 3
     assert [t.params for t in after[:len(before)]] == [t.params for t in before]
+
+
+def test_variants_built_on_cpu_workers_are_shipped_to_the_device_worker(
+        local_ray: None, tmp_path: Path) -> None:
+    session = open_session(TuneConfig(sizes=(SIZE,), results=tmp_path, executor="local"))
+    executor = RayExecutor(RaySettings(workers=1, build_on="cpu"), session.pipeline, "c")
+    try:
+        variant = session.pipeline.build(["loop-interchange"])[-1]
+        job = EvalJob(variant, {}, tuple(session.sizes), (0.0,))
+        (outcome,) = executor.submit(job).result(timeout=300)
+        assert outcome.status is Status.OK and outcome.gflops > 0
+        assert session.cache.counters.compiles == 1  # built once, by the CPU task
+        (again,) = executor.submit(job).result(timeout=60)
+        assert again.cached  # the driver stored it
+    finally:
+        executor.close()
+        session.close()
+
+
+@needs_nvrtc
+def test_a_cuda_variant_builds_without_a_gpu_into_one_shippable_cubin() -> None:
+    catalog = Catalog.with_user_folders()
+    spec = catalog.spec("matmul")
+    setup = PipelineSetup(spec, "float16", catalog.device("h200"), {}, EvalConfig())
+    built = build_variant("cuda", setup, EvalJob(seed_context(spec, "cuda"), {}, (), ()))
+    assert built.failed is None and built.artifact is not None
+    assert built.payload[:4] == b"\x7fELF"  # the cubin itself travels, not a path
+    broken = replace(seed_context(spec, "cuda"), source="extern \"C\" __global__ void matmul(")
+    failed = build_variant("cuda", setup, EvalJob(broken, {}, (), ()))
+    assert failed.artifact is None and failed.failed is not None
+    assert failed.failed.status is Status.COMPILE_ERROR
