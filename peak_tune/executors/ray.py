@@ -190,8 +190,13 @@ class RayExecutor:
         self.lost = 0  # jobs whose worker died under them
         self._busy = [0] * count
         self.evaluations: dict[str, int] = {}  # jobs each device worker evaluated
-        self._ready = threading.Condition()  # guards _busy and _down
+        self._ready = threading.Condition()  # guards _busy, _down and _waiting
         self._down: set[int] = set()  # workers Ray is restarting
+        self._waiting: dict[Any, tuple[int, _Pending]] = {}  # reply ref: worker, job
+        self._closing = False
+        self._results = threading.Thread(target=self._stream_results, name="ray-results",
+                                         daemon=True)
+        self._results.start()
         self._per_worker = per_worker
         try:  # fail here, with the reason, if a device cannot be driven
             ray.get([w.ping.remote() for w in self._workers], timeout=600)
@@ -225,16 +230,31 @@ class RayExecutor:
         shipped = (self._builder.remote(self._backend_name, self.pipeline.setup, pending.job)
                    if self._builder is not None else None)
         reply = self._workers[index].evaluate.remote(pending.job, shipped)
-        reply.future().add_done_callback(lambda done: self._finished(done, index, pending))
-
-    def _finished(self, done: Future[WorkerReply], index: int, pending: _Pending) -> None:
         with self._ready:
-            self._busy[index] -= 1
-        try:
-            reply = done.result()
-        except Exception as exc:
-            self._worker_lost(pending, index, exc)
-            return
+            self._waiting[reply] = (index, pending)
+            self._ready.notify_all()
+
+    def _stream_results(self) -> None:
+        """The results thread: `ray.wait` for whichever reply comes first, hand it on."""
+        while not self._closing:
+            with self._ready:
+                self._ready.wait_for(lambda: bool(self._waiting) or self._closing, timeout=1)
+                refs = list(self._waiting)
+            if not refs:
+                continue
+            done, _ = self._ray.wait(refs, num_returns=1, timeout=1.0)
+            for ref in done:
+                with self._ready:
+                    index, pending = self._waiting.pop(ref)
+                    self._busy[index] -= 1
+                try:
+                    reply = self._ray.get(ref)
+                except Exception as exc:
+                    self._worker_lost(pending, index, exc)
+                    continue
+                self._finished(reply, pending)
+
+    def _finished(self, reply: WorkerReply, pending: _Pending) -> None:
         try:
             self.evaluations[reply.worker] = self.evaluations.get(reply.worker, 0) + 1
             if reply.compiled:
@@ -279,6 +299,10 @@ class RayExecutor:
             self._ready.notify_all()
 
     def close(self) -> None:
+        self._closing = True
+        with self._ready:
+            self._ready.notify_all()
+        self._results.join(timeout=10)
         try:
             self._ray.get([w.shutdown.remote() for w in self._workers], timeout=60)
         except Exception as exc:  # a dead actor has nothing left to clean
