@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 
 from peak_tune.backends.base import EvalConfig
 from peak_tune.catalog.resolve import Catalog
-from peak_tune.core import ProblemSize, Status
+from peak_tune.core import Outcome, ProblemSize, Status
 from peak_tune.executors.base import EvalJob
 from peak_tune.executors.ray import NAMESPACE, RayExecutor, RaySettings, build_variant
 from peak_tune.pipeline import PipelineSetup, seed_context
@@ -53,6 +54,14 @@ def slow_job(session: TuneSession) -> EvalJob:
                    (0.0,))
 
 
+def killed_under(executor: RayExecutor, job: EvalJob) -> Future[list[Outcome]]:
+    """Submit `job`, then kill its (only) worker while it runs; Ray restarts the worker."""
+    pending = executor.submit(job)
+    time.sleep(1.5)  # compiled and running: the naive kernel takes seconds at this size
+    ray.kill(ray.get_actor(executor.worker_names[0], namespace=NAMESPACE), no_restart=False)
+    return pending
+
+
 def states(session: TuneSession) -> list[optuna.trial.TrialState]:
     stored = optuna.load_study(study_name=session.study.study_name,
                                storage=session.storage_url)
@@ -83,11 +92,7 @@ def test_a_job_lost_with_its_worker_runs_again_on_the_restarted_worker(
         executor = session.executor
         assert isinstance(executor, RayExecutor)
         job = slow_job(session)
-        pending = executor.submit(job)
-        time.sleep(1.5)  # compiled and running: the naive kernel takes seconds at this size
-        ray.kill(ray.get_actor(executor.worker_names[0], namespace=NAMESPACE),
-                 no_restart=False)
-        outcome = pending.result(timeout=300)[0]
+        outcome = killed_under(executor, job).result(timeout=300)[0]
         assert executor.lost >= 1
         assert outcome.status is Status.OK and not outcome.cached
     finally:
@@ -100,11 +105,7 @@ def test_a_job_lost_too_often_fails_as_a_crash_and_is_not_cached(
     executor = RayExecutor(RaySettings(workers=1, retries_on_loss=0), session.pipeline, "c")
     try:
         job = slow_job(session)
-        pending = executor.submit(job)
-        time.sleep(1.5)  # compiled and running: the naive kernel takes seconds at this size
-        ray.kill(ray.get_actor(executor.worker_names[0], namespace=NAMESPACE),
-                 no_restart=False)
-        lost = pending.result(timeout=120)[0]
+        lost = killed_under(executor, job).result(timeout=120)[0]
         assert lost.status is Status.RUNTIME_ERROR
         assert "evaluation worker lost" in lost.message
         again = executor.submit(job).result(timeout=300)[0]  # restarted, and not cached
