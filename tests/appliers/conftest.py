@@ -117,6 +117,16 @@ def check_matmul(kernel: Kernel, dtype: str = "float32",
         assert worst <= TOLERANCE[dtype], f"wrong result at {m}x{n}x{k}: error {worst:.3g}"
 
 
+def minimal_prefix(tid: str, catalog: Mapping[str, Transformation]) -> list[str]:
+    """The shortest sequence whose steps meet `tid`'s requirements, in a legal order."""
+    prefix: list[str] = []
+    for required in catalog[tid].requires:
+        for step in minimal_prefix(required, catalog) + [required]:
+            if step not in prefix:
+                prefix.append(step)
+    return prefix
+
+
 # ------------------------------------------------- fixtures of the LLM applier's tests
 
 

@@ -14,6 +14,7 @@ from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError, InvalidPoint
 from peak_tune.expr import evaluate_bool
+from tests.appliers.conftest import minimal_prefix
 
 # Small tiles so the odd test sizes cross many blocks and edges; they satisfy every tie
 # (MC % MR, NC % NR, NR a multiple of 16 floats).
@@ -55,15 +56,6 @@ def assert_correct(compiler: Compiler, check: Callable[..., None]) -> Callable[.
         check(compiler(context.source, values_for(context, table), dtype), dtype)
 
     return run
-
-
-def minimal_prefix(tid: str, catalog: Mapping[str, Transformation]) -> list[str]:
-    prefix: list[str] = []
-    for required in catalog[tid].requires:
-        for step in minimal_prefix(required, catalog) + [required]:
-            if step not in prefix:
-                prefix.append(step)
-    return prefix
 
 
 def test_catalog_is_fully_implemented(transformations, seed):

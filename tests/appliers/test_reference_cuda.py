@@ -31,6 +31,7 @@ from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError, CompileError, InvalidPoint
 from peak_tune.expr import evaluate_bool
 from peak_tune.pipeline import seed_context
+from tests.appliers.conftest import minimal_prefix
 from tests.nvrtc import needs_nvrtc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,15 +79,6 @@ def build(seed: KernelContext, sequence: Sequence[str], catalog: Mapping[str, Tr
     for tid in sequence:
         context = apply_transformation(context, catalog[tid], device)
     return context
-
-
-def minimal_prefix(tid: str, catalog: Mapping[str, Transformation]) -> list[str]:
-    prefix: list[str] = []
-    for required in catalog[tid].requires:
-        for step in minimal_prefix(required, catalog) + [required]:
-            if step not in prefix:
-                prefix.append(step)
-    return prefix
 
 
 def _violations(context: KernelContext, values: Mapping[str, int], shared_kib: float) -> float:
