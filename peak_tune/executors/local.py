@@ -22,7 +22,8 @@ class LocalExecutor:
     def __init__(self, pipeline: Pipeline, build_workers: int) -> None:
         self.pipeline = pipeline
         self.build_workers = build_workers
-        self._builds = ThreadPoolExecutor(build_workers, thread_name_prefix="build")
+        self._builds = (ThreadPoolExecutor(build_workers, thread_name_prefix="build")
+                        if build_workers > 1 else None)
         self._timer = ThreadPoolExecutor(1, thread_name_prefix="timer")
 
     @property
@@ -32,8 +33,11 @@ class LocalExecutor:
         return 1 if self.build_workers == 1 else 2 * self.build_workers
 
     def submit(self, job: EvalJob) -> Future[list[Outcome]]:
+        """With one build worker (the C backend) the build runs on the timer thread, so
+        it never overlaps a timing even when several trials are in flight (LLM applier)."""
         build: Future[Artifact] | None = None
-        if any(self.pipeline.must_run(job.context, job.params, size) for size in job.sizes):
+        if self._builds is not None and any(
+                self.pipeline.must_run(job.context, job.params, size) for size in job.sizes):
             build = self._builds.submit(self.pipeline.compile, job.context, job.params)
         return self._timer.submit(self._evaluate, job, build)
 
@@ -43,4 +47,5 @@ class LocalExecutor:
 
     def close(self) -> None:
         self._timer.shutdown(wait=True, cancel_futures=True)
-        self._builds.shutdown(wait=True, cancel_futures=True)
+        if self._builds is not None:
+            self._builds.shutdown(wait=True, cancel_futures=True)
