@@ -36,7 +36,7 @@ def _driver() -> str:
 
 
 def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
-              sequence: tuple[str, ...] = ()) -> dict[str, Any]:
+              sequence: tuple[str, ...] = (), profile: bool = False) -> dict[str, Any]:
     config = TuneConfig(device="h200", dtype=dtype, sizes=({"M": n, "N": n, "K": n},),
                         results=results, sequence=sequence, seed=0)
     started = time.perf_counter()
@@ -45,11 +45,23 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
         session.measure_vendor()
         deadline = started + seconds
         session.run(trials, lambda record: None, lambda: time.perf_counter() > deadline)
+        searched = time.perf_counter() - started
+        ncu = _profile(session) if profile else None
     finally:
         session.close()
-    data = summary(session, time.perf_counter() - started)
+    data = summary(session, searched)
     data["trials_per_second"] = data["trials"]["total"] / max(data["seconds"], 1e-9)
+    if ncu is not None:
+        data["ncu"] = ncu
     return data
+
+
+def _profile(session: Any) -> str:
+    """ncu's key metrics of the best variant (the CSV lands in <results>/profiles)."""
+    try:
+        return str(session.profile_best())
+    except Exception as exc:  # noqa: BLE001 - the benchmark's figures stand without it
+        return f"not profiled: {exc}"
 
 
 def triton_row(dtype: str, n: int) -> dict[str, Any]:
@@ -70,6 +82,8 @@ def main() -> None:
                                               "float16:8192")
     parser.add_argument("--no-paper", action="store_true", help="skip the paper rows")
     parser.add_argument("--no-triton", action="store_true", help="skip the Triton rows")
+    parser.add_argument("--profile", action="store_true",
+                        help="Nsight Compute on each search's best variant")
     parser.add_argument("--results", default="results-bench")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "cuda_matmul.json"))
@@ -80,7 +94,7 @@ def main() -> None:
         dtype, n = config.split(":")
         row: dict[str, Any] = {"dtype": dtype, "n": int(n)}
         row["search"] = study_row(dtype, int(n), args.trials, Path(args.results),
-                                  args.seconds)
+                                  args.seconds, profile=args.profile)
         row["paper"] = {
             name: study_row(dtype, int(n), args.paper_trials, Path(args.results),
                             args.seconds / 2, tuple(seq["sequence"]))
@@ -93,7 +107,8 @@ def main() -> None:
               f"--trials {args.trials} --paper-trials {args.paper_trials} "
               f"--seconds {args.seconds} --configs {args.configs}"
               + (" --no-paper" if args.no_paper else "")
-              + (" --no-triton" if args.no_triton else ""),
+              + (" --no-triton" if args.no_triton else "")
+              + (" --profile" if args.profile else ""),
               "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")
@@ -108,6 +123,8 @@ def main() -> None:
               f"{s['trials']['total']:>6} {s['trials_per_second']:>8.2f} "
               f"{paper_ratios or '-':>24} {triton if triton is not None else '-':>13}  "
               f"{' > '.join(s['best']['sequence'])}")
+        if "ncu" in s:
+            print(f"    ncu: {s['ncu']}")
 
 
 if __name__ == "__main__":

@@ -9,3 +9,4 @@ python3 -m pytest tests/backends/test_cuda.py tests/backends/test_cuda_compile.p
   -p no:cacheprovider 2>&1 | tail -15 | tee "$OUT/gpu_tests.txt"
 python3 benchmarks/cuda_matmul.py --results /tmp/bench-results --out "$OUT/cuda_matmul.json" \
   "$@" 2>&1 | grep -v "^\[I " | tail -40
+cp -r /tmp/bench-results/profiles "$OUT/" 2>/dev/null || true

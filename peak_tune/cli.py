@@ -71,6 +71,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS)
     p.add_argument("--encoding", default="subset", choices=ENCODINGS,
                    help="how a trial encodes a sequence (default subset)")
+    p.add_argument("--no-branch-start", dest="branch_start", action="store_false",
+                   help="do not start a new study with one trial per branch of the "
+                        "catalog's conflicts (e.g. SIMT tiles vs tensor cores)")
     p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
                    help="what to do with an illegal sequence pick (default repair)")
     p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")
@@ -101,6 +104,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         "per node)")
     p.add_argument("--sanitize", action="store_true",
                    help="run compute-sanitizer (memcheck, racecheck) on the winners (cuda)")
+    p.add_argument("--profile", action="store_true",
+                   help="profile the best variant with Nsight Compute (cuda): key metrics, "
+                        "and all of them under <results>/profiles/")
     p.add_argument("--json", action="store_true",
                    help="print the summary as one JSON object on the last line of stdout")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -221,6 +227,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         sequence=tuple(s for s in (args.sequence or "").split(",") if s),
         only=tuple(s for s in (args.transforms or "").split(",") if s),
         replay=Path(args.replay) if args.replay else None,
+        branch_start=args.branch_start,
         step_values=args.step_values, compile_workers=args.compile_workers,
         apply_workers=args.apply_workers, executor=args.executor,
         ray_address=args.ray_address, ray_workers=args.ray_workers,
@@ -235,9 +242,11 @@ def _tune(args: argparse.Namespace) -> int:
     config = _tune_config(args)
     started = time.perf_counter()
     session = open_session(config)
-    if args.sanitize and not hasattr(session.backend, "sanitize"):
-        session.close()
-        raise UserError(f"--sanitize is not available on the {session.backend.name} backend")
+    for option in ("sanitize", "profile"):
+        if getattr(args, option) and not hasattr(session.backend, option):
+            session.close()
+            raise UserError(f"--{option} is not available on the {session.backend.name} "
+                            f"backend")
     stop = _StopRequest()
     interrupted, budget = False, ""
     budget_left = getattr(session.applier, "budget_left", lambda: True)
@@ -249,6 +258,8 @@ def _tune(args: argparse.Namespace) -> int:
             if args.sanitize and not stop.requested():
                 for line in session.sanitize_best():
                     print(f"peak-tune: sanitizer: {line}", file=sys.stderr)
+            if args.profile and not stop.requested():
+                print(f"peak-tune: ncu: {session.profile_best()}", file=sys.stderr)
         interrupted = stop.requested()
         budget = ("" if budget_left() or progress.done >= args.trials
                   else "the token or cost budget is spent")

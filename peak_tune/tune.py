@@ -40,6 +40,8 @@ from peak_tune.search.space import (
     SequenceEncoding,
     StepsEncoding,
     SubsetEncoding,
+    branch_sequences,
+    branch_trial_params,
     suggest_params,
 )
 from peak_tune.storage import open_storage, results_storage_url
@@ -75,6 +77,7 @@ class TuneConfig:
     only: tuple[str, ...] = ()  # search only these transformations (empty: all)
     replay: Path | None = None  # answer evaluations from this recording (ReplayBackend)
     max_steps: int = 12
+    branch_start: bool = True  # first trials: one per branch of the catalog's conflicts
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
     apply_workers: int = 0  # applications at once; 0: 1 (reference) or --llm-concurrency
@@ -294,6 +297,10 @@ class TuneSession:
             self.mirror.set_user_attr("applier", self.applier.identity)
         if not study.trials and not c.sequence:
             study.enqueue_trial(self._seed_params(), skip_if_exists=True)
+            if c.branch_start:
+                for branch in branch_sequences(self.transformations):
+                    study.enqueue_trial(branch_trial_params(branch, self.transformations,
+                                                            c.encoding), skip_if_exists=True)
         return study
 
     def _new_study(self, storage: BaseStorage,
@@ -522,15 +529,11 @@ class TuneSession:
             raise UserError(f"--sanitize is not available on the {self.backend.name} backend")
         lines = []
         for trial in self.ranked_trials()[:tries]:
-            context = self.cache.get_context(trial.user_attrs["context_hash"])
-            if context is None:
+            built = self._rebuild(trial)
+            if built is None:
                 continue
-            params = {p.name: trial.user_attrs["params"][p.name] for p in context.params}
-            artifact = self.backend.compile(context, params, self.config.dtype,
-                                            str(self.cache.builds))
-            request = self.pipeline.request(context, params, self.sizes[0], 0.0)
             try:
-                sanitize(artifact, request)
+                sanitize(*built)
             except EvaluationError as exc:
                 rejected = self.study.user_attrs.get("sanitizer_rejected", [])
                 self.mirror.set_user_attr("sanitizer_rejected", [*rejected, trial.number])
@@ -539,6 +542,33 @@ class TuneSession:
             lines.append(f"trial {trial.number}: compute-sanitizer found nothing")
             break
         return lines
+
+    def profile_best(self) -> str:
+        """Nsight Compute on the best trial: its key metrics as one line; the full CSV is
+        kept as <results>/profiles/<study>-trial<N>.csv."""
+        profile = getattr(self.backend, "profile", None)
+        if profile is None:
+            raise UserError(f"--profile is not available on the {self.backend.name} backend")
+        best = self.best_trial()
+        built = self._rebuild(best) if best is not None else None
+        if best is None or built is None:
+            return "no finished trial to profile"
+        report = profile(*built)
+        folder = self.config.results / "profiles"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.study.study_name}-trial{best.number}.csv"
+        path.write_text(report.raw)
+        return f"trial {best.number}: {report.summary()} (all metrics: {path})"
+
+    def _rebuild(self, trial: optuna.trial.FrozenTrial) -> tuple[Any, Any] | None:
+        """(artifact, request at the first size) of a finished trial, from the cache."""
+        context = self.cache.get_context(trial.user_attrs["context_hash"])
+        if context is None:
+            return None
+        params = {p.name: trial.user_attrs["params"][p.name] for p in context.params}
+        artifact = self.backend.compile(context, params, self.config.dtype,
+                                        str(self.cache.builds))
+        return artifact, self.pipeline.request(context, params, self.sizes[0], 0.0)
 
     def best_gflops(self) -> float:
         best = self.best_trial()

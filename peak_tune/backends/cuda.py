@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from peak_tune.backends._cuda_launch import check_launch, evaluate_launch, geometry_fits
+from peak_tune.backends._ncu import ProfileReport, find_cuda_tool, profile_request
 from peak_tune.backends._nvrtc import (
     Compiled,
     compile_cubin,
@@ -264,7 +264,7 @@ class CudaBackend:
         Returns the sanitizer's reports. Raises WrongResult naming the tool when either
         reports errors, else WrongResult or KernelCrash when the kernel failed under it.
         """
-        tool = _find_sanitizer()
+        tool = find_cuda_tool("compute-sanitizer")
         sizes = [*request.check_sizes, request.size]
         smallest = min(sizes, key=lambda s: float(evaluate(request.spec.flops, s.as_dict())))
         message = self._request(artifact, request, smallest)
@@ -295,6 +295,18 @@ class CudaBackend:
                          for check, _, _ in runs) + "\n" + report
 
 
+    # ------------------------------------------------------------ Nsight Compute
+
+    def profile(self, artifact: Artifact, request: EvalRequest) -> ProfileReport:
+        """Nsight Compute's metrics for one launch of the variant at the timed size."""
+        message = self._request(artifact, request, request.size)
+        message["check_sizes"] = []
+        with tempfile.TemporaryDirectory(prefix="peak-tune-profile-") as folder:
+            path = Path(folder) / "request.json"
+            path.write_text(json.dumps(message))
+            return profile_request(path, _WORKER_MODULE, str(message["entry"]), _child_env())
+
+
 def _run_sanitizer(tool: str, check: str, request_path: Path, label: str) -> tuple[int, str]:
     """(exit status, output) of one sanitizer tool over the one-shot worker."""
     command = [tool, "--tool", check, "--error-exitcode", str(_SANITIZER_ERRORS),
@@ -315,19 +327,6 @@ def _finding(report: str) -> str:
         if line.startswith("=========") and re.match(r"(Invalid|Error|Race|.*hazard)", text):
             return text
     return "errors reported"
-
-
-def _find_sanitizer() -> str:
-    found = shutil.which("compute-sanitizer")
-    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
-    for home in filter(None, homes):
-        candidate = Path(home) / "bin" / "compute-sanitizer"
-        if found is None and candidate.is_file():
-            found = str(candidate)
-    if found is None:
-        raise BackendUnavailable("compute-sanitizer not found: install the CUDA toolkit "
-                                 "(it ships with it) or put it on PATH")
-    return found
 
 
 def _compile_with_report(

@@ -17,7 +17,7 @@ Tuning values are drawn as `<transformation id>.<MACRO>` over the declared value
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import optuna
 
@@ -31,6 +31,8 @@ __all__ = [
     "SequenceEncoding",
     "StepsEncoding",
     "SubsetEncoding",
+    "branch_sequences",
+    "branch_trial_params",
     "repair_sequence",
     "suggest_params",
 ]
@@ -139,3 +141,77 @@ def suggest_params(trial: optuna.Trial, context: KernelContext) -> dict[str, int
         values[domain.name] = int(trial.suggest_categorical(name, list(domain.values)))
     return values
 
+
+
+def branch_sequences(transformations: Mapping[str, Transformation]) -> list[list[str]]:
+    """One long legal sequence per branch of the catalog's conflict graph.
+
+    Transformations that exclude each other (SIMT thread tiles vs tensor cores, register
+    staging vs cp.async stages) split the catalog into branches. A branch that needs
+    several steps before it pays off is rarely drawn at random, so a study starts with
+    one trial per branch: its root, what the root requires, then every step that can
+    join without a conflict, in dependency order (ties by id).
+    """
+    order = _dependency_order(transformations)
+    roots = sorted({tid for tid, t in transformations.items() if t.conflicts}
+                   | {c for t in transformations.values() for c in t.conflicts
+                      if c in transformations})
+    found: list[list[str]] = []
+    for root in roots:
+        chosen: set[str] = set()
+        for tid in [root, *order]:
+            wanted = _with_requirements(tid, transformations)
+            if not _conflicting(wanted | chosen, transformations):
+                chosen |= wanted
+        sequence = [tid for tid in order if tid in chosen]
+        if sequence not in found:
+            found.append(sequence)
+    return found
+
+
+def _dependency_order(transformations: Mapping[str, Transformation]) -> list[str]:
+    placed: list[str] = []
+    pending = sorted(transformations)
+    while pending:
+        ready = [tid for tid in pending
+                 if all(r in placed or r not in transformations
+                        for r in transformations[tid].requires)]
+        if not ready:  # a requirement cycle: the catalog loader reports it elsewhere
+            return placed + pending
+        placed.append(ready[0])
+        pending.remove(ready[0])
+    return placed
+
+
+def _with_requirements(tid: str, transformations: Mapping[str, Transformation]) -> set[str]:
+    wanted, stack = set(), [tid]
+    while stack:
+        current = stack.pop()
+        if current in wanted or current not in transformations:
+            continue
+        wanted.add(current)
+        stack.extend(transformations[current].requires)
+    return wanted
+
+
+def _conflicting(ids: set[str], transformations: Mapping[str, Transformation]) -> bool:
+    return any(c in ids for tid in ids for c in transformations[tid].conflicts)
+
+
+def branch_trial_params(
+    sequence: Sequence[str], transformations: Mapping[str, Transformation], encoding: str
+) -> dict[str, Any]:
+    """The enqueued trial's parameters for `sequence`: its steps in the chosen encoding
+    and each transformation's declared default values (undeclared ones are sampled)."""
+    params: dict[str, Any]
+    if encoding == "steps":
+        params = {f"step.{i}": tid for i, tid in enumerate(sequence)}
+        params[f"step.{len(sequence)}"] = END
+    else:
+        params = {f"use.{tid}": tid in sequence for tid in transformations}
+        for index, tid in enumerate(sequence):
+            params[f"pos.{tid}"] = (index + 0.5) / len(sequence)
+    for tid in sequence:
+        for name, value in transformations[tid].defaults.items():
+            params[f"{tid}.{name}"] = value
+    return params

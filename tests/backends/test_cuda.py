@@ -232,3 +232,22 @@ def test_sanitizer_reports_races_and_bad_accesses(
     with pytest.raises(WrongResult) as caught:
         _sanitize(backend, spec, build_dir, fixture(spec, name))
     assert str(caught.value).startswith(message), caught.value.detail[-2000:]
+
+
+# ---------------------------------------------------------------- Nsight Compute
+
+
+@pytest.mark.skipif(shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").is_file(),
+                    reason="Nsight Compute (ncu) is not installed")
+def test_ncu_profiles_one_launch_at_the_timed_size(
+    backend: CudaBackend, spec: KernelSpec, build_dir: str
+) -> None:
+    context = seed_context(spec, "cuda")
+    artifact = backend.compile(context, {}, "float32", build_dir)
+    request = EvalRequest(spec=spec, context=context, params={}, dtype="float32", size=SQUARE,
+                          check_sizes=spec.check_sizes, config=CONFIG)
+    report = backend.profile(artifact, request)
+    assert report.metrics["Registers Per Thread"][0].isdigit()
+    assert float(report.metrics["Compute (SM) Throughput"][0].replace(",", "")) > 0
+    assert report.summary().startswith("SM ")
+    assert '"Grid Size"' in report.raw  # the CSV header a person can open
