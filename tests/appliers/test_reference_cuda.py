@@ -53,7 +53,7 @@ ORDERS = (  # the same or overlapping steps in different legal orders
     ("refactor", "block-swizzle", "tb-tiling", "pipelining", "tensor-core", "vector-loads",
      "tensor-tiling", "offset"),
 )
-TENSOR_STEPS = {"tensor-core", "tensor-tiling", "ldmatrix"}
+TENSOR_STEPS = {"tensor-core", "tensor-tiling", "ldmatrix", "wgmma"}
 SIZES = {"M": 512, "N": 512, "K": 512}
 
 
@@ -121,6 +121,8 @@ def assert_builds(context: KernelContext, tmp_path: Path) -> None:
     """NVRTC builds for sm_80 and sm_90 at the first and last values, per dtype."""
     for device in ("a100", "h200"):
         profile = load_device(DEVICES / f"{device}.toml")
+        if "wgmma" in context.applied and profile.facts["arch"] != "sm_90a":
+            continue  # wgmma is sm_90a code: the rule refuses other targets
         backend = CudaBackend(profile)
         for end in (0, -1):
             values = tuning_point(context, end, profile)

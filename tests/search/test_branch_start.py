@@ -22,7 +22,8 @@ def catalog(backend: str) -> dict[str, Transformation]:
     return {tid: t for tid, t in found.items() if backend in t.backends}
 
 
-def fake(tid: str, requires: tuple[str, ...] = (), conflicts: tuple[str, ...] = ()) -> Transformation:
+def fake(tid: str, requires: tuple[str, ...] = (),
+         conflicts: tuple[str, ...] = ()) -> Transformation:
     return Transformation(id=tid, version=1, title=tid, kernels=("matmul",), backends=("c",),
                           requires=requires, conflicts=conflicts, params=(), constraints=(),
                           passes=())

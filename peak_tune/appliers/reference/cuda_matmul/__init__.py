@@ -12,13 +12,13 @@ from __future__ import annotations
 from peak_tune.appliers.base import derive_child
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
-from peak_tune.errors import ApplyError
+from peak_tune.errors import ApplyError, InvalidPoint
 
 from ..change import ReferenceChange, check_declared
 from .emit import emit_source
 from .geometry import launch_of, macros_used
 from .lift import lift_seed
-from .plan import Plan, dump_plan, load_plan
+from .plan import Plan, dump_plan, load_plan, structure_problem
 from .rules import RULES
 
 __all__ = ["CudaChange", "CudaMatmul", "Plan", "apply_transformation", "emit_source",
@@ -66,6 +66,9 @@ class CudaMatmul:
         if rule is None:
             raise ApplyError(f"reference applier has no cuda/matmul implementation of {tid!r}")
         change = rule(plan_of(context), device)
+        problem = structure_problem(change.plan)
+        if problem:  # a step that cannot follow an earlier one (e.g. ldmatrix after wgmma)
+            raise InvalidPoint(f"{tid}: {problem}")
         check_declared(context, transformation, macros_used(change.plan))
         return ReferenceChange(
             source=emit_source(change.plan, context.entry),

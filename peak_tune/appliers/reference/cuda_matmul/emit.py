@@ -3,7 +3,8 @@
 DTYPE and ACC come from the backend (-D), the tuning parameters from the tuner (-D); a
 missing one is an #error. The kernel is: block position, thread position, K range,
 accumulators, the K loop (operands from global memory, or shared tiles filled plainly,
-through registers, or by cp.async into NUM_STAGES buffers), the epilogue.
+through registers, or by cp.async into NUM_STAGES buffers), the epilogue. The wgmma kernel
+(emit_wgmma) shares the preamble's snippets, the block position and the K range.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .emit_compute import (
     position_macros,
 )
 from .emit_copy import copy_call, emit_copy_helpers, operands
+from .emit_wgmma import emit_wgmma_helpers, emit_wgmma_kernel
 from .geometry import STATIC_SHARED_LIMIT, derived_macros, macros_used, smem_unit
 from .plan import Plan
 from .snippets import CP_ASYNC, LDMATRIX, MMA, SPLIT_K_TABLE
@@ -35,6 +37,13 @@ def emit_source(plan: Plan, entry: str) -> str:
     writer = CodeWriter()
     _preamble(writer, plan)
     bounds = "__launch_bounds__(PT_THREADS_BOUND, MIN_BLOCKS_PER_SM) " if plan.launch_bounds else ""
+    if plan.wgmma:  # its own body (emit_wgmma); registers bounded for every warpgroup
+        with writer.block(f'extern "C" __global__ void '
+                          f'{bounds or "__launch_bounds__(PT_THREADS) "}{entry}{_SIGNATURE}'):
+            _block_position(writer, plan)
+            _k_range(writer, plan)
+            emit_wgmma_kernel(writer, plan)
+        return writer.text()
     with writer.block(f'extern "C" __global__ void {bounds}{entry}{_SIGNATURE}'):
         _block_position(writer, plan)
         emit_position(writer, plan)
@@ -94,6 +103,9 @@ def _preamble(writer: CodeWriter, plan: Plan) -> None:
         if plan.ldmatrix:
             writer.raw(LDMATRIX)
         writer.line("")
+    if plan.wgmma:
+        emit_wgmma_helpers(writer, plan)
+        return
     if plan.shared:
         emit_copy_helpers(writer, plan)
     if plan.mma:
@@ -101,6 +113,8 @@ def _preamble(writer: CodeWriter, plan: Plan) -> None:
 
 
 def _static_checks(writer: CodeWriter, plan: Plan) -> None:
+    if plan.wgmma:
+        return  # emit_wgmma_helpers checks the warpgroup tiles
     if plan.mma:
         writer.lines(
             'static_assert(BLOCK_M % PT_WARP_M == 0 && BLOCK_N % PT_WARP_N == 0, '

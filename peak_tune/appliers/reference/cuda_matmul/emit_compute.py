@@ -2,8 +2,9 @@
 
 SIMT: thread (tx, ty) of the PT_THREADS_X x PT_THREADS_Y thread grid owns the outputs
 (PT_ROW(i), PT_COL(j)) of the block tile, i < PT_TRD_Y, j < PT_TRD_X: contiguous
-(ty * PT_TRD_Y + i) or strided (ty + i * PT_THREADS_Y) after thread-chunk. Tensor cores:
-warp w owns a PT_WARP_M x PT_WARP_N tile made of PT_MMA_M x PT_MMA_N m16n8 MMA tiles.
+(ty * PT_TRD_Y + i) or, after thread-chunk, runs of THREAD_CHUNK strided by the thread
+grid. Tensor cores: warp w owns a PT_WARP_M x PT_WARP_N tile made of PT_MMA_M x PT_MMA_N
+m16n8 MMA tiles.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ def position_macros(plan: Plan) -> list[str]:
     if plan.mma:
         return []
     if plan.strided:
-        return ["#define PT_ROW(i) (ty + (i) * PT_THREADS_Y) /* thread-chunk: strided */",
-                "#define PT_COL(j) (tx + (j) * PT_THREADS_X)"]
+        return ["#define PT_CH THREAD_CHUNK /* thread-chunk: runs of PT_CH outputs, strided */",
+                "#define PT_ROW(i) ((i) / PT_CH * (PT_THREADS_Y * PT_CH) + ty * PT_CH "
+                "+ (i) % PT_CH)",
+                "#define PT_COL(j) ((j) / PT_CH * (PT_THREADS_X * PT_CH) + tx * PT_CH "
+                "+ (j) % PT_CH)"]
     return ["#define PT_ROW(i) (ty * PT_TRD_Y + (i)) /* a thread's outputs: contiguous */",
             "#define PT_COL(j) (tx * PT_TRD_X + (j))"]
 

@@ -4,21 +4,25 @@ The same quantities are written twice, once as C macros for the kernel and once 
 peak_tune.expr expressions for KernelContext.launch; both come from the tables here so
 they cannot drift apart. Shared memory is static when the tiles fit in 48 KiB (less a
 little, STATIC_SHARED_LIMIT) and dynamic (extern __shared__, launch shared_bytes) above
-that. Launch expressions cannot see the element type, so the size is counted in 4-byte
-elements on the SIMT path (the kernel static_asserts that DTYPE is no wider when it uses
-dynamic memory) and 2-byte ones on the tensor-core path (fp16/bf16 only).
+that (always dynamic for wgmma, WGMMA_ALIGN bytes larger). Launch expressions cannot see
+the element type, so the size is counted in 4-byte elements on the SIMT path (the kernel
+static_asserts that DTYPE is no wider when it uses dynamic memory) and 2-byte ones on the
+tensor-core path (fp16/bf16 only).
 """
 
 from __future__ import annotations
 
 from .plan import Plan
 
-__all__ = ["STATIC_SHARED_LIMIT", "derived_macros", "launch_of", "macros_used", "smem_unit",
-           "threads_expression"]
+__all__ = ["STATIC_SHARED_LIMIT", "WGMMA_ALIGN", "derived_macros", "launch_of", "macros_used",
+           "smem_unit", "threads_expression"]
 
 # Tiles up to this many bytes are static shared memory: 48 KiB, the most a block may
 # declare statically, less 64 bytes kept for the kernel's other __shared__ variables.
 STATIC_SHARED_LIMIT = 49152 - 64
+# The wgmma kernel's stages start on this boundary (the 128-byte swizzle's period): its
+# dynamic shared memory is launched this much larger.
+WGMMA_ALIGN = 1024
 
 
 def macros_used(plan: Plan) -> tuple[str, ...]:
@@ -28,6 +32,8 @@ def macros_used(plan: Plan) -> tuple[str, ...]:
         used.append("TILE_K_SIZE")
     if plan.thread_tile:
         used += ["TRD_Y_DIM", "TRD_X_DIM"]
+    if plan.strided:
+        used.append("THREAD_CHUNK")
     if plan.warp_tile:
         used.append("WARP_X_DIM")
     if plan.padded:
@@ -42,6 +48,8 @@ def macros_used(plan: Plan) -> tuple[str, ...]:
         used += ["TENSOR_TILE_M", "TENSOR_TILE_N"]
     if plan.launch_bounds:
         used.append("MIN_BLOCKS_PER_SM")
+    if plan.wgmma:
+        used.append("WGMMA_N")
     return tuple(used)
 
 
@@ -58,7 +66,10 @@ def derived_macros(plan: Plan) -> list[str]:
     """#define lines for the PT_* quantities the kernel is written in."""
     lines = ["#define PT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))",
              "#define PT_ROUND8(x) (PT_CEIL_DIV(x, 8) * 8)"]
-    if plan.mma:
+    if plan.wgmma:
+        lines += ["#define PT_THREADS (128 * (BLOCK_M / 64) * (BLOCK_N / WGMMA_N)) "
+                  "/* wgmma: warpgroups of 64 x WGMMA_N */"]
+    elif plan.mma:
         lines += [
             f"#define PT_MMA_M {_or(plan.mma_tiles, 'TENSOR_TILE_M', '1')}",
             f"#define PT_MMA_N {_or(plan.mma_tiles, 'TENSOR_TILE_N', '1')}",
@@ -97,6 +108,8 @@ def derived_macros(plan: Plan) -> list[str]:
 
 def threads_expression(plan: Plan) -> str:
     """Threads per block as a launch/constraint expression."""
+    if plan.wgmma:
+        return "128 * (BLOCK_M // 64) * (BLOCK_N // WGMMA_N)"
     if plan.mma:
         m = "(16 * TENSOR_TILE_M)" if plan.mma_tiles else "16"
         n = "(8 * TENSOR_TILE_N)" if plan.mma_tiles else "8"
@@ -133,7 +146,9 @@ def launch_of(plan: Plan) -> dict[str, str]:
     else:
         launch["block_x"] = _block_x(plan)
         launch["block_y"] = _block_y(plan)
-    if plan.shared:
+    if plan.wgmma:  # always dynamic, WGMMA_ALIGN more to align the stages
+        launch["shared_bytes"] = f"{_smem_elements(plan)} * 2 + {WGMMA_ALIGN}"
+    elif plan.shared:
         size = f"{_smem_elements(plan)} * {smem_unit(plan)}"
         launch["shared_bytes"] = f"({size} > {STATIC_SHARED_LIMIT}) * {size}"
     else:

@@ -11,7 +11,8 @@ changes one part of it. The plan records, part by part, what the code looks like
 - compute: SIMT (one output per thread, or a TRD_Y_DIM x TRD_X_DIM thread tile, laid out
   contiguously or strided, fragments cached in registers, lanes arranged per warp) or
   tensor cores (mma.sync m16n8k16, one or TENSOR_TILE_M x TENSOR_TILE_N tiles per warp,
-  fragments read per element or with ldmatrix);
+  fragments read per element or with ldmatrix), or Hopper warpgroup MMAs (wgmma
+  m64nNk16 from 128-byte-swizzled shared tiles through matrix descriptors);
 - epilogue: plain stores, or the split-K hand-over between slices;
 - entry: with or without __launch_bounds__.
 
@@ -28,7 +29,7 @@ from peak_tune.errors import ApplyError
 
 from ..change import read_state
 
-__all__ = ["FORMAT", "NAIVE", "Plan", "dump_plan", "load_plan"]
+__all__ = ["FORMAT", "NAIVE", "Plan", "dump_plan", "load_plan", "structure_problem"]
 
 FORMAT = "peak-tune/reference/cuda-matmul/1"
 
@@ -55,6 +56,7 @@ class Plan:
     mma_tiles: bool = False  # tensor-tiling: TENSOR_TILE_M x TENSOR_TILE_N MMAs per warp
     ldmatrix: bool = False  # ldmatrix: MMA fragments loaded with ldmatrix
     launch_bounds: bool = False  # launch-bounds: __launch_bounds__(threads, MIN_BLOCKS_PER_SM)
+    wgmma: bool = False  # wgmma: warpgroups compute with wgmma.mma_async m64nNk16 (sm_90a)
 
     def but(self, **changes: bool) -> Plan:
         return replace(self, **changes)
@@ -63,11 +65,15 @@ class Plan:
 NAIVE = Plan(tiled=False)
 
 _NAMES = tuple(f.name for f in fields(Plan))
+# Flags added after the format was first written: stored only when set, so the states
+# (and content hashes) of earlier variants stay as they were.
+_LATER = ("wgmma",)
 
 
 def dump_plan(plan: Plan) -> str:
     """The plan as canonical JSON (sorted keys, no spaces)."""
-    payload: dict[str, Any] = {"format": FORMAT, **asdict(plan)}
+    flags = {k: v for k, v in asdict(plan).items() if v or k not in _LATER}
+    payload: dict[str, Any] = {"format": FORMAT, **flags}
     return json.dumps(payload, sort_keys=True, separators=(",", ":"))
 
 
@@ -75,7 +81,8 @@ def load_plan(text: str) -> Plan:
     """Parse a state written by dump_plan; ApplyError if it is not one."""
     payload = read_state(text, FORMAT)
     flags = {k: v for k, v in payload.items() if k != "format"}
-    if set(flags) != set(_NAMES) or not all(isinstance(v, bool) for v in flags.values()):
+    known = set(flags) | set(_LATER) == set(_NAMES)
+    if not known or not all(isinstance(v, bool) for v in flags.values()):
         raise ApplyError("reference applier state is malformed: wrong fields or types")
     plan = Plan(**flags)
     if dump_plan(plan) != text:
@@ -98,11 +105,19 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("mma", "shared"),
     ("mma_tiles", "mma"),
     ("ldmatrix", "mma"),
+    ("wgmma", "mma"),
+    ("wgmma", "stages"),
+    ("wgmma", "vector_a"),
+    ("wgmma", "vector_b"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),
     ("mma", "thread_tile"),
     ("mma", "warp_tile"),
+    ("wgmma", "mma_tiles"),
+    ("wgmma", "ldmatrix"),
+    ("wgmma", "transpose_a"),
+    ("wgmma", "padded"),
 )
 
 

@@ -96,7 +96,8 @@ def thread_chunk(plan: Plan, device: DeviceProfile) -> Change:
     if not plan.thread_tile:
         raise InvalidPoint("thread-chunk needs the thread tiles of thread-tiling")
     _once(plan.strided, "thread-chunk: a thread's outputs are already strided")
-    return Change(plan.but(strided=True))
+    return Change(plan.but(strided=True),
+                  ("TRD_Y_DIM % THREAD_CHUNK == 0", "TRD_X_DIM % THREAD_CHUNK == 0"))
 
 
 def warp_tiling(plan: Plan, device: DeviceProfile) -> Change:
@@ -185,6 +186,32 @@ def ldmatrix(plan: Plan, device: DeviceProfile) -> Change:
     return Change(plan.but(ldmatrix=True))
 
 
+def wgmma(plan: Plan, device: DeviceProfile) -> Change:
+    """Warpgroup MMAs from swizzled shared tiles: only on an sm_90a (Hopper) target."""
+    if not plan.mma:
+        raise InvalidPoint("wgmma needs the tensor-core kernel (fp16/bf16 tiles) of tensor-core")
+    _once(plan.wgmma, "wgmma: the kernel already uses warpgroup MMAs")
+    if not (plan.stages and plan.vector_a and plan.vector_b):
+        raise InvalidPoint("wgmma needs the cp.async stages of pipelining and the 16-byte "
+                           "copies of vector-loads (A stored [m][k])")
+    _once(plan.mma_tiles or plan.ldmatrix, "wgmma replaces the mma.sync warp tiles and "
+          "fragments of tensor-tiling and ldmatrix; apply it instead of them")
+    _once(plan.transpose_a or plan.padded, "wgmma lays the tiles out in its own swizzled "
+          "layout: it cannot follow transpose or offset")
+    arch = str(device.facts.get("arch", ""))
+    if arch != "sm_90a":
+        raise InvalidPoint(f"wgmma needs an sm_90a target (Hopper with arch = \"sm_90a\" in "
+                           f"its profile); device {device.name!r} builds for {arch or '?'}")
+    child = plan.but(wgmma=True)
+    # each thread holds WGMMA_N / 2 accumulators (plus ~32 registers of addressing) for the
+    # whole instruction: ptxas refuses a block whose threads cannot all get that many
+    registers = (f"{threads_expression(child)} * (WGMMA_N // 2 + 32) <= "
+                 f"{_fact(device, 'registers_per_sm', 65536)}")
+    ties = ("BLOCK_M % 64 == 0", "BLOCK_N % WGMMA_N == 0", "TILE_K_SIZE % 64 == 0",
+            _threads_limit(child, device), registers)
+    return Change(child, ties)
+
+
 def launch_bounds(plan: Plan, device: DeviceProfile) -> Change:
     _tiled(plan, "launch-bounds")
     _once(plan.launch_bounds, "launch-bounds: the kernel already declares its launch bounds")
@@ -209,4 +236,5 @@ RULES: Mapping[str, Rule] = {
     "vector-loads": vector_loads,
     "launch-bounds": launch_bounds,
     "ldmatrix": ldmatrix,
+    "wgmma": wgmma,
 }

@@ -1,0 +1,258 @@
+"""The Hopper warpgroup kernel (`wgmma`): cp.async into 128-byte-swizzled shared tiles,
+wgmma.mma_async reading both operands through matrix descriptors, fp32 accumulators in
+registers mapped back to C in the epilogue.
+
+Layout (elements are 2 bytes, a 16-byte chunk is 8 elements, a swizzle atom is 8 rows of
+128 bytes = 1024 bytes):
+
+- A tile, K-major: [PT_TK / 64][BLOCK_M][64]; element (m, k) of the tile lies at
+  (k / 64) * BLOCK_M * 64 + m * 64 + ((k % 64 / 8) ^ (m % 8)) * 8 + k % 8.
+- B tile, N-major (B is K x N row-major): [BLOCK_N / 64][PT_TK][64]; element (k, n) at
+  (n / 64) * PT_TK * 64 + k * 64 + ((n % 64 / 8) ^ (k % 8)) * 8 + n % 8.
+
+Each stage starts 1024-byte aligned, so the XOR above is the hardware's 128-byte swizzle.
+Warpgroup g (128 threads) owns the 64 x WGMMA_N tile at (wm, wn) of the block tile.
+"""
+
+from __future__ import annotations
+
+from .emit_compute import emit_split_k_release, emit_split_k_wait
+from .geometry import WGMMA_ALIGN as _ALIGN
+from .plan import Plan
+from .writer import CodeWriter
+
+__all__ = ["WGMMA_SHAPES", "emit_wgmma_helpers", "emit_wgmma_kernel"]
+
+WGMMA_SHAPES = (64, 128, 256)  # the instruction N this module prints (WGMMA_N values)
+
+_PREAMBLE = """\
+// wgmma (sm_90a): warpgroup MMAs m64nNk16 reading A and B from shared memory.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "wgmma needs the sm_90a target (Hopper): build this variant with -arch=sm_90a"
+#endif
+#define PT_WG_COLS (BLOCK_N / WGMMA_N) /* warpgroups along N */
+static_assert(BLOCK_M % 64 == 0 && BLOCK_N % WGMMA_N == 0, "warpgroup tiles (64 x WGMMA_N) "
+              "must cover the block tile");
+static_assert(WGMMA_N == 64 || WGMMA_N == 128 || WGMMA_N == 256, "WGMMA_N is 64, 128 or 256");
+static_assert(PT_TK % 64 == 0, "the 128-byte swizzle needs TILE_K_SIZE % 64 == 0");
+// Element offset of 16-byte chunk `ch` of row `r` in a swizzled tile of `rows` rows.
+__device__ __forceinline__ int pt_swz(int rows, int r, int ch) {
+    return (ch >> 3) * rows * 64 + r * 64 + (((ch & 7) ^ (r & 7)) << 3);
+}
+// Shared-memory matrix descriptor: start address, leading and stride byte offsets
+// (all >> 4), 128-byte swizzle (mode 1 in bits 62-63).
+__device__ __forceinline__ unsigned long long pt_wg_desc(const DTYPE *p, unsigned lbo,
+                                                         unsigned sbo) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    return static_cast<unsigned long long>((a & 0x3FFFF) >> 4)
+        | (static_cast<unsigned long long>((lbo >> 4) & 0x3FFF) << 16)
+        | (static_cast<unsigned long long>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void pt_wg_arrive() {
+    asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");
+}
+__device__ __forceinline__ void pt_wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void pt_wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\\n" :: "n"(PENDING) : "memory");
+}
+// Shared memory written by cp.async or plain stores is read next by the tensor cores
+// (the async proxy): each writing thread fences before the barrier.
+__device__ __forceinline__ void pt_fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across wgmma fences/waits.
+template <int R>
+__device__ __forceinline__ void pt_wg_fence_acc(float (&d)[R]) {
+    #pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}"""
+
+
+def _wgmma_asm(n: int, kind: str) -> str:
+    """One wgmma.mma_async m64{n}k16 statement: A K-major, B N-major (imm-trans-b 1)."""
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    text = (f'"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n'
+            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} '
+            f'{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}\\n"')
+    constraints = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return (f"asm volatile({text}\n"
+            f"                     : {constraints}\n"
+            f'                     : "l"(da), "l"(db), "r"(1));')
+
+
+def _wgmma_function() -> str:
+    lines = ["// d (64 x N per warpgroup, fp32) += A (64 x 16, descriptor da) * B (16 x N, da).",
+             "template <int N>",
+             "__device__ __forceinline__ void pt_wgmma(float (&d)[N / 2], unsigned long long da,",
+             "                                         unsigned long long db) {"]
+    for index, n in enumerate(WGMMA_SHAPES):
+        head = "if" if index == 0 else "} else if"
+        lines.append(f"    {head} constexpr (N == {n}) {{")
+        lines.append("        if constexpr (pt_is_bf16<DTYPE>::value)")
+        lines.append("            " + _wgmma_asm(n, "bf16"))
+        lines.append("        else")
+        lines.append("            " + _wgmma_asm(n, "f16"))
+    lines += ["    }", "}"]
+    return "\n".join(lines)
+
+
+def _copy_function(writer: CodeWriter, name: str) -> None:
+    """pt_wg_copy_a / _b: one operand tile into a swizzled stage with cp.async."""
+    if name == "a":
+        rows, chunks = "BLOCK_M", "(PT_TK / 8)"
+        where = "int row_hi, int col_hi"
+        comment = "A tile (BLOCK_M x PT_TK at (bm, k0)): rows < M, columns < k_hi"
+    else:
+        rows, chunks = "PT_TK", "(BLOCK_N / 8)"
+        where = "int row_hi, int col_hi"
+        comment = "B tile (PT_TK x BLOCK_N at (k0, bn)): rows < k_hi, columns < N"
+    writer.line(f"// The {comment}; zeros outside. 16-byte cp.async where a")
+    writer.line("// chunk lies wholly inside (and vec) or wholly outside; elements otherwise.")
+    head = (f"__device__ __forceinline__ void pt_wg_copy_{name}(DTYPE *__restrict__ s, "
+            "const DTYPE *__restrict__ g, int ld, int row0, int col0, "
+            f"{where}, int tid, bool vec)")
+    units = f"{rows} * {chunks}"
+    with writer.block(head):
+        with writer.unrolled("it", f"PT_CEIL_DIV({units}, PT_THREADS)"):
+            writer.line("const int u = tid + it * PT_THREADS;")
+            with writer.block(f"if (({units}) % PT_THREADS == 0 || u < {units})"):
+                writer.lines(
+                    f"const int r = u / {chunks}, ch = u % {chunks};",
+                    "const int row = row0 + r, col = col0 + ch * 8;",
+                    f"DTYPE *const dst = s + pt_swz({rows}, r, ch);",
+                    "const bool row_in = row < row_hi;",
+                    "const bool full = row_in && col + 8 <= col_hi;",
+                    "const size_t off = (size_t)row * ld + col;")
+                with writer.block("if ((vec && full) || !row_in || col >= col_hi)"):
+                    writer.line("pt_cp_async<16>(dst, full ? g + off : g, full);")
+                with writer.block("else"):
+                    writer.lines("DTYPE t[8];", "#pragma unroll",
+                                 "for (int q = 0; q < 8; ++q) "
+                                 "t[q] = row_in && col + q < col_hi ? g[off + q] : PT_ZERO;",
+                                 "uint4 v;", "memcpy(&v, t, 16);",
+                                 "*reinterpret_cast<uint4 *>(dst) = v;")
+    writer.line("")
+
+
+def emit_wgmma_helpers(writer: CodeWriter, plan: Plan) -> None:
+    """Macros, PTX wrappers and the two tile copies (after the CP_ASYNC and MMA snippets)."""
+    writer.raw(_PREAMBLE)
+    writer.raw(_wgmma_function())
+    writer.lines("#define PT_ZERO DTYPE(0.0f)", "")
+    _copy_function(writer, "a")
+    _copy_function(writer, "b")
+
+
+def _copies(writer: CodeWriter, stage: str, k0: str) -> None:
+    writer.lines(f"pt_wg_copy_a(PT_STAGE({stage}), A, K, bm, {k0}, M, k_hi, tid, vec);",
+                 f"pt_wg_copy_b(PT_STAGE({stage}) + PT_A_TILE, B, N, {k0}, bn, k_hi, N, tid, "
+                 "vec);")
+
+
+def _shared_memory(writer: CodeWriter) -> None:
+    writer.lines(
+        f"// Dynamic shared memory, launched {_ALIGN} bytes larger so that the stages can",
+        f"// start on a {_ALIGN}-byte boundary (the 128-byte swizzle repeats every {_ALIGN}).",
+        "extern __shared__ __align__(16) unsigned char pt_smem_raw[];",
+        "const unsigned pt_base = static_cast<unsigned>(__cvta_generic_to_shared(pt_smem_raw));",
+        f"DTYPE *const pt_smem = reinterpret_cast<DTYPE *>(pt_smem_raw + "
+        f"({_ALIGN} - pt_base % {_ALIGN}) % {_ALIGN});",
+        "unsigned pt_dynamic;",
+        'asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(pt_dynamic));',
+        f"if (pt_dynamic < PT_SMEM_ELEMS * sizeof(DTYPE) + {_ALIGN}) __trap(); "
+        "// launched too small",
+        "#define PT_STAGE(s) (pt_smem + (s) * (PT_A_TILE + PT_B_TILE))",
+        "// 16-byte chunks of A and B rows are 16-byte aligned:",
+        "const bool vec = K % 8 == 0 && N % 8 == 0 && (unsigned long long)A % 16 == 0 "
+        "&& (unsigned long long)B % 16 == 0;")
+
+
+def _k_loop(writer: CodeWriter) -> None:
+    writer.lines(
+        "const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;",
+        "// NUM_STAGES - 1 tiles in flight before the first is used")
+    with writer.unrolled("s", "PT_STAGES - 1"):
+        with writer.block("if (s < tiles)"):
+            _copies(writer, "s", "k_lo + s * PT_TK")
+        writer.line("pt_cp_commit();")
+    with writer.block("for (int t = 0; t < tiles; ++t)"):
+        writer.lines(
+            "pt_cp_wait<PT_STAGES - 2>(); // this thread's part of tile t has landed",
+            "pt_fence_async_smem(); // ... and is visible to the tensor cores",
+            "__syncthreads(); // every thread's part",
+            "const DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;",
+            "pt_wg_fence_acc(acc);",
+            "pt_wg_arrive();")
+        writer.line("#pragma unroll")
+        with writer.block("for (int kk = 0; kk < PT_TK; kk += 16)"):
+            writer.lines(
+                "const unsigned long long da = pt_wg_desc(as + kk / 64 * (BLOCK_M * 64) "
+                "+ wm * 64 + kk % 64, 16, 1024);",
+                "const unsigned long long db = pt_wg_desc(bs + wn / 64 * (PT_TK * 64) "
+                "+ kk * 64, PT_TK * 128, 1024);",
+                "pt_wgmma<WGMMA_N>(acc, da, db);")
+        writer.lines(
+            "pt_wg_commit();",
+            "pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
+            "pt_wg_fence_acc(acc);",
+            "__syncthreads(); // ... in every warpgroup: stage (t - 1) % PT_STAGES is free",
+            "const int ahead = t + PT_STAGES - 1;")
+        with writer.block("if (ahead < tiles)"):
+            _copies(writer, "ahead % PT_STAGES", "k_lo + ahead * PT_TK")
+        writer.line("pt_cp_commit(); // always, so the group count stays in step")
+    writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
+
+
+def _epilogue(writer: CodeWriter, plan: Plan) -> None:
+    writer.lines(
+        "// wgmma's accumulator layout: warp w of the warpgroup holds rows 16w..16w+15;",
+        "// acc[4j + 2h + q] is row g + 8h, column 8j + 2(lane % 4) + q of the 64 x WGMMA_N tile.",
+        "const int g = wl % 32 / 4, t2 = wl % 4 * 2;",
+        "const int r0 = bm + wm + wl / 32 * 16 + g;")
+    if not plan.split_k:
+        writer.line("const bool pairs = N % 2 == 0 && (unsigned long long)C % 4 == 0;")
+    with writer.unrolled("j", "WGMMA_N / 8"):
+        writer.line("const int c = bn + wn + j * 8 + t2;")
+        with writer.unrolled("h", "2"):
+            writer.line("const int r = r0 + h * 8;")
+            writer.line("if (r >= M) continue;")
+            if plan.split_k:
+                with writer.unrolled("q", "2"):
+                    writer.line("if (c + q < N) pt_store(C, (size_t)r * N + c + q, "
+                                "acc[4 * j + 2 * h + q], first);")
+            else:
+                _store_pair(writer)
+
+
+def _store_pair(writer: CodeWriter) -> None:
+    """acc[4j + 2h] and its right neighbour at (r, c): one 32-bit store where aligned."""
+    with writer.block("if (pairs && c + 1 < N)"):
+        writer.lines("const unsigned v = pt_pack2((DTYPE)acc[4 * j + 2 * h], "
+                     "(DTYPE)acc[4 * j + 2 * h + 1]);",
+                     "*reinterpret_cast<unsigned *>(C + (size_t)r * N + c) = v;")
+    with writer.block("else"):
+        with writer.unrolled("q", "2"):
+            writer.line("if (c + q < N) C[(size_t)r * N + c + q] = (DTYPE)acc[4 * j + 2 * h + q];")
+
+
+def emit_wgmma_kernel(writer: CodeWriter, plan: Plan) -> None:
+    """The kernel body after the block position and the K range (bm, bn, k_lo, k_hi);
+    the split-K hand-over, when planned, wraps the epilogue (split_k_wait/release)."""
+    writer.lines(
+        "const int tid = threadIdx.x;",
+        "const int wg = tid / 128, wl = tid % 128; // warpgroup, thread in it",
+        "const int wm = wg / PT_WG_COLS * 64, wn = wg % PT_WG_COLS * WGMMA_N; // its tile",
+        "float acc[WGMMA_N / 2];")
+    with writer.unrolled("i", "WGMMA_N / 2"):
+        writer.line("acc[i] = 0.f;")
+    _shared_memory(writer)
+    _k_loop(writer)
+    if plan.split_k:
+        emit_split_k_wait(writer)
+    _epilogue(writer, plan)
+    if plan.split_k:
+        emit_split_k_release(writer)
