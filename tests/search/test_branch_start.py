@@ -10,6 +10,7 @@ import pytest
 from peak_tune.appliers.reference.cuda_matmul import apply_transformation
 from peak_tune.catalog.loaders import load_devices, load_spec, load_transformations
 from peak_tune.catalog.types import Transformation
+from peak_tune.expr import evaluate_bool
 from peak_tune.pipeline import check_sequence, seed_context
 from peak_tune.search.space import SubsetEncoding, branch_sequences, branch_trial_params
 from peak_tune.tune import TuneConfig, open_session
@@ -42,6 +43,7 @@ def test_cuda_branches_reach_tensor_cores_and_simt_tiles_and_apply():
     branches = branch_sequences(steps)
     assert any("tensor-core" in b and "tensor-tiling" in b for b in branches)
     assert any("thread-tiling" in b and "thread-cache" in b for b in branches)
+    assert any("wgmma" in b for b in branches)
     assert any("pipelining" in b for b in branches) and any("register-staging" in b
                                                            for b in branches)
     device = load_devices([ROOT / "backends" / "devices"])["h200"]
@@ -52,13 +54,16 @@ def test_cuda_branches_reach_tensor_cores_and_simt_tiles_and_apply():
         for tid in branch:  # the reference applier accepts every step in this order
             context = apply_transformation(context, steps[tid], device)
         assert context.applied[-1] == branch[-1]
+        defaults = {k: v for tid in branch for k, v in steps[tid].defaults.items()}
+        assert {p.name for p in context.params} <= set(defaults)
+        assert all(evaluate_bool(c, defaults) for c in context.constraints), branch
 
 
 def test_branch_trial_decodes_to_its_sequence_with_declared_defaults():
     steps = catalog("cuda")
     branch = next(b for b in branch_sequences(steps) if "tensor-core" in b)
     params = branch_trial_params(branch, steps, "subset")
-    assert params["refactor.BLOCK_M"] == 128 and params["tb-tiling.TILE_K_SIZE"] == 32
+    assert params["refactor.BLOCK_M"] == 128 and params["tb-tiling.TILE_K_SIZE"] == 64
     study = optuna.create_study()
     study.enqueue_trial(params)
     trial = study.ask()
