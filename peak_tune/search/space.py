@@ -144,13 +144,14 @@ def suggest_params(trial: optuna.Trial, context: KernelContext) -> dict[str, int
 
 
 def branch_sequences(transformations: Mapping[str, Transformation]) -> list[list[str]]:
-    """One long legal sequence per branch of the catalog's conflict graph.
+    """Two legal sequences per branch of the catalog's conflict graph.
 
     Transformations that exclude each other (SIMT thread tiles vs tensor cores, register
     staging vs cp.async stages) split the catalog into branches. A branch that needs
     several steps before it pays off is rarely drawn at random, so a study starts with
-    one trial per branch: its root, what the root requires, then every step that can
-    join without a conflict, in dependency order (ties by id).
+    trials in dependency order (ties by id): each branch with every step that can join
+    it without a conflict, and each step that declares conflicts alone (with what it
+    requires), since the extras that fill a branch can also slow it down.
     """
     order = _dependency_order(transformations)
     roots = sorted({tid for tid, t in transformations.items() if t.conflicts}
@@ -158,14 +159,17 @@ def branch_sequences(transformations: Mapping[str, Transformation]) -> list[list
                       if c in transformations})
     found: list[list[str]] = []
     for root in roots:
-        chosen: set[str] = set()
-        for tid in [root, *order]:
+        alone = _with_requirements(root, transformations)
+        chosen = set(alone)
+        for tid in order:
             wanted = _with_requirements(tid, transformations)
             if not _conflicting(wanted | chosen, transformations):
                 chosen |= wanted
-        sequence = [tid for tid in order if tid in chosen]
-        if sequence not in found:
-            found.append(sequence)
+        declares = bool(transformations[root].conflicts)
+        for members in ((alone, chosen) if declares else (chosen,)):
+            sequence = [tid for tid in order if tid in members]
+            if sequence not in found:
+                found.append(sequence)
     return found
 
 
