@@ -49,7 +49,8 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             session.measure_vendor()
             records: list[Any] = []
             started = time.perf_counter()
-            session.run(args.trials, records.append)
+            deadline = started + args.seconds  # a device call must not run out unseen
+            session.run(args.trials, records.append, lambda: time.perf_counter() > deadline)
             seconds = time.perf_counter() - started
             evaluations = dict(getattr(session.executor, "evaluations", {}))
         finally:
@@ -113,6 +114,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", default="1,2", help="device worker counts to compare")
+    parser.add_argument("--seconds", type=float, default=120,
+                        help="time box per worker count (trials/min counts what finished)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--llm-delay", type=float, default=0.5)
     parser.add_argument("--llm-calls", type=int, default=32)
@@ -122,24 +125,33 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
 
-    rows = [device_scaling(args, int(w)) for w in args.workers.split(",")]
-    base = rows[0]["trials_per_minute"]
-    for row in rows:
+    rows: list[dict[str, Any]] = []
+    llm: list[dict[str, Any]] = []
+    for workers in args.workers.split(","):
+        row = device_scaling(args, int(workers))
+        rows.append(row)
+        base = rows[0]["trials_per_minute"]
         row["speedup"] = round(row["trials_per_minute"] / base, 2) if base else 0.0
         print(f"devices {row['workers']}: {row['trials_per_minute']:7.1f} trials/min "
               f"({row['speedup']:.2f}x)  best {row['best_gflops']} GFLOP/s  "
               f"per worker {row['evaluations_per_worker']}")
-    llm = [] if args.skip_llm else [llm_scaling(args, int(n))
-                                    for n in args.llm_at_once.split(",")]
+        _write(args, rows, llm)  # what is done survives a call that runs out of time
+    if not args.skip_llm:
+        llm = [llm_scaling(args, int(n)) for n in args.llm_at_once.split(",")]
     for row in llm:
         row["speedup"] = round(row["calls_per_second"] / llm[0]["calls_per_second"], 2)
         print(f"LLM {row['at_once']} at once: {row['calls_per_second']:.2f} calls/s "
               f"({row['speedup']:.2f}x; server saw {row['max_in_flight_seen_by_server']} at "
               f"once)")
+    _write(args, rows, llm)
+    return 0
+
+
+def _write(args: argparse.Namespace, rows: list[dict[str, Any]],
+           llm: list[dict[str, Any]]) -> None:
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)},
                                         "devices": rows, "llm": llm}, indent=1))
-    return 0
 
 
 if __name__ == "__main__":
