@@ -18,10 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from peak_tune.catalog.loaders import load_spec, load_transformations
+from peak_tune.appliers.reference.cuda_matmul import apply_transformation
+from peak_tune.catalog.loaders import load_device, load_spec, load_transformations
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
+from peak_tune.pipeline import seed_context
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-Wall",
@@ -140,3 +142,31 @@ def c_seed(catalog: Catalog) -> KernelContext:
     spec = catalog.spec("matmul")
     return KernelContext(kernel="matmul", backend="c", source=spec.sources["c"],
                          entry=spec.entry["c"])
+
+
+# ---------------------------------------------------------------- CUDA reference fixtures
+
+
+@pytest.fixture(scope="module")
+def cuda_catalog() -> dict[str, Transformation]:
+    """The transformations with a CUDA reference implementation."""
+    found = load_transformations([ROOT / "transforms"])
+    return {tid: t for tid, t in found.items() if "cuda" in t.backends}
+
+
+@pytest.fixture(scope="module")
+def h200() -> DeviceProfile:
+    return load_device(ROOT / "backends" / "devices" / "h200.toml")
+
+
+@pytest.fixture(scope="module")
+def cuda_seed() -> KernelContext:
+    return seed_context(load_spec(ROOT / "seeds" / "matmul"), "cuda")
+
+
+def build_cuda(start: KernelContext, sequence: Iterable[str],
+               catalog: Mapping[str, Transformation], device: DeviceProfile) -> KernelContext:
+    """`start` after each step of `sequence`, by the CUDA reference applier."""
+    for tid in sequence:
+        start = apply_transformation(start, catalog[tid], device)
+    return start

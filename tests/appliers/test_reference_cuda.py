@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -25,12 +25,12 @@ from peak_tune.appliers.reference.cuda_matmul import (
 )
 from peak_tune.backends._cuda_launch import check_launch, evaluate_launch
 from peak_tune.backends.cuda import CudaBackend
-from peak_tune.catalog.loaders import load_device, load_spec, load_transformations
-from peak_tune.catalog.types import DeviceProfile, Transformation
+from peak_tune.catalog.loaders import load_device
+from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError, CompileError, InvalidPoint
 from peak_tune.expr import evaluate_bool
-from peak_tune.pipeline import seed_context
+from tests.appliers.conftest import build_cuda as build
 from tests.appliers.conftest import minimal_prefix
 from tests.nvrtc import needs_nvrtc
 
@@ -55,30 +55,6 @@ ORDERS = (  # the same or overlapping steps in different legal orders
 )
 TENSOR_STEPS = {"tensor-core", "tensor-tiling", "ldmatrix", "wgmma"}
 SIZES = {"M": 512, "N": 512, "K": 512}
-
-
-@pytest.fixture(scope="module")
-def catalog() -> dict[str, Transformation]:
-    found = load_transformations([ROOT / "transforms"])
-    return {tid: t for tid, t in found.items() if "cuda" in t.backends}
-
-
-@pytest.fixture(scope="module")
-def h200() -> DeviceProfile:
-    return load_device(DEVICES / "h200.toml")
-
-
-@pytest.fixture(scope="module")
-def seed() -> KernelContext:
-    return seed_context(load_spec(ROOT / "seeds" / "matmul"), "cuda")
-
-
-def build(seed: KernelContext, sequence: Sequence[str], catalog: Mapping[str, Transformation],
-          device: DeviceProfile) -> KernelContext:
-    context = seed
-    for tid in sequence:
-        context = apply_transformation(context, catalog[tid], device)
-    return context
 
 
 def _violations(context: KernelContext, values: Mapping[str, int], shared_kib: float) -> float:
@@ -138,31 +114,33 @@ def assert_builds(context: KernelContext, tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the catalog
 
 
-def test_catalog_is_fully_implemented_and_registered(catalog):
-    assert len(catalog) >= 14
+def test_catalog_is_fully_implemented_and_registered(cuda_catalog):
+    assert len(cuda_catalog) >= 14
     applier = ReferenceApplier()
-    for tid, transformation in catalog.items():
+    for tid, transformation in cuda_catalog.items():
         assert CudaMatmul().implements(tid), tid
         assert applier.implements("cuda", "matmul", tid), tid
         assert transformation.backends == ("cuda",)
         assert transformation.passes[0].region in ("macros", "device")
 
 
-def test_texts_use_only_device_facts_every_cuda_profile_has(catalog):
+def test_texts_use_only_device_facts_every_cuda_profile_has(cuda_catalog):
     profiles = [load_device(path) for path in sorted(DEVICES.glob("*.toml"))]
     facts = set.intersection(*(set(p.facts) for p in profiles if p.backend == "cuda"))
-    for tid, transformation in catalog.items():
+    for tid, transformation in cuda_catalog.items():
         for step in transformation.passes:
             names = set(re.findall(r"\{([^{}]*)\}", step.text))
             assert names <= facts, f"{tid}: unknown placeholders {names - facts}"
             assert not re.search(r"[{}]", re.sub(r"\{\w+\}", "", step.text)), tid
 
 
-def test_launch_passes_match_the_transformations_that_change_the_geometry(catalog, seed, h200):
-    for tid in catalog:
-        parent = build(seed, minimal_prefix(tid, catalog), catalog, h200)
-        child = apply_transformation(parent, catalog[tid], h200)
-        has_launch_pass = any(p.region == "launch" for p in catalog[tid].passes)
+def test_launch_passes_match_the_transformations_that_change_the_geometry(
+    cuda_catalog, cuda_seed, h200
+):
+    for tid in cuda_catalog:
+        parent = build(cuda_seed, minimal_prefix(tid, cuda_catalog), cuda_catalog, h200)
+        child = apply_transformation(parent, cuda_catalog[tid], h200)
+        has_launch_pass = any(p.region == "launch" for p in cuda_catalog[tid].passes)
         assert has_launch_pass == (child.launch != parent.launch), tid
 
 
@@ -171,13 +149,13 @@ def test_launch_passes_match_the_transformations_that_change_the_geometry(catalo
 
 @pytest.mark.parametrize("tid", [p.stem for p in sorted((ROOT / "transforms" / "cuda").glob(
     "*.md"))])
-def test_each_transformation_applies_after_its_prefix(tid, catalog, seed, h200):
-    parent = build(seed, minimal_prefix(tid, catalog), catalog, h200)
-    child = apply_transformation(parent, catalog[tid], h200)
+def test_each_transformation_applies_after_its_prefix(tid, cuda_catalog, cuda_seed, h200):
+    parent = build(cuda_seed, minimal_prefix(tid, cuda_catalog), cuda_catalog, h200)
+    child = apply_transformation(parent, cuda_catalog[tid], h200)
     assert child.applied == parent.applied + (tid,)
     assert child.source != parent.source
     assert child.lineage is not None and child.lineage.parent_hash == parent.content_hash()
-    assert {p.name for p in catalog[tid].params} <= {p.name for p in child.params}
+    assert {p.name for p in cuda_catalog[tid].params} <= {p.name for p in child.params}
     names = set(SIZES) | {p.name for p in child.params}
     check_launch(child.launch, names)
     for macro in (p.name for p in child.params):
@@ -188,20 +166,20 @@ def test_each_transformation_applies_after_its_prefix(tid, catalog, seed, h200):
 @needs_nvrtc
 @pytest.mark.parametrize("tid", [p.stem for p in sorted((ROOT / "transforms" / "cuda").glob(
     "*.md"))])
-def test_each_transformation_builds_with_nvrtc(tid, catalog, seed, h200, tmp_path):
-    context = build(seed, minimal_prefix(tid, catalog) + [tid], catalog, h200)
+def test_each_transformation_builds_with_nvrtc(tid, cuda_catalog, cuda_seed, h200, tmp_path):
+    context = build(cuda_seed, minimal_prefix(tid, cuda_catalog) + [tid], cuda_catalog, h200)
     assert_builds(context, tmp_path)
 
 
-def test_refactor_sets_a_block_tile_geometry(catalog, seed, h200):
-    child = apply_transformation(seed, catalog["refactor"], h200)
+def test_refactor_sets_a_block_tile_geometry(cuda_catalog, cuda_seed, h200):
+    child = apply_transformation(cuda_seed, cuda_catalog["refactor"], h200)
     shape = evaluate_launch(child.launch, {"M": 67, "N": 53, "K": 97, "BLOCK_M": 32,
                                            "BLOCK_N": 16})
     assert shape.grid == (4, 3, 1) and shape.block == (16, 32, 1) and shape.shared_bytes == 0
 
 
-def test_paper_fp32_geometry_and_constraints(catalog, seed, h200):
-    context = build(seed, PAPER_FP32, catalog, h200)
+def test_paper_fp32_geometry_and_constraints(cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, PAPER_FP32, cuda_catalog, h200)
     values = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 16, "TRD_Y_DIM": 8, "TRD_X_DIM": 8,
               "WARP_X_DIM": 4, "OFFSET_AMOUNT": 4, "NUM_STAGES": 3, "SWIZZLE_GROUP": 8}
     assert all(evaluate_bool(c, values) for c in context.constraints)
@@ -219,13 +197,15 @@ def test_paper_fp32_geometry_and_constraints(catalog, seed, h200):
 @needs_nvrtc
 @pytest.mark.parametrize("sequence", [PAPER_FP32, TENSOR_FP16, *ORDERS],
                          ids=lambda s: "+".join(s))
-def test_sequences_build_with_nvrtc(sequence, catalog, seed, h200, tmp_path):
-    assert_builds(build(seed, sequence, catalog, h200), tmp_path)
+def test_sequences_build_with_nvrtc(sequence, cuda_catalog, cuda_seed, h200, tmp_path):
+    assert_builds(build(cuda_seed, sequence, cuda_catalog, h200), tmp_path)
 
 
 @needs_nvrtc
-def test_tensor_core_fails_to_build_for_fp32_with_a_clear_message(catalog, seed, h200, tmp_path):
-    context = build(seed, ("refactor", "tb-tiling", "tensor-core"), catalog, h200)
+def test_tensor_core_fails_to_build_for_fp32_with_a_clear_message(
+    cuda_catalog, cuda_seed, h200, tmp_path
+):
+    context = build(cuda_seed, ("refactor", "tb-tiling", "tensor-core"), cuda_catalog, h200)
     with pytest.raises(CompileError) as caught:
         CudaBackend(h200).compile(context, tuning_point(context, 0, h200), "float32",
                                   str(tmp_path))
@@ -235,10 +215,10 @@ def test_tensor_core_fails_to_build_for_fp32_with_a_clear_message(catalog, seed,
 # ---------------------------------------------------------------- order, determinism
 
 
-def test_two_orders_give_different_source(catalog, seed, h200):
+def test_two_orders_give_different_source(cuda_catalog, cuda_seed, h200):
     prefix = ("refactor", "tb-tiling")
-    first = build(seed, prefix + ("transpose", "vector-loads"), catalog, h200)
-    second = build(seed, prefix + ("vector-loads", "transpose"), catalog, h200)
+    first = build(cuda_seed, prefix + ("transpose", "vector-loads"), cuda_catalog, h200)
+    second = build(cuda_seed, prefix + ("vector-loads", "transpose"), cuda_catalog, h200)
     assert first.source != second.source
     # vectorised after the transpose, A's copy stays element-wise; before it, A keeps
     # its 16-byte global loads and scatters them into the transposed tile
@@ -246,15 +226,15 @@ def test_two_orders_give_different_source(catalog, seed, h200):
     assert "pt_copy_a(as, A, K, bm, M, k0, k_hi, tid, true);" in second.source
 
 
-def test_commuting_steps_give_the_same_kernel(catalog, seed, h200):
-    one = build(seed, ("refactor", "split-k", "block-swizzle"), catalog, h200)
-    other = build(seed, ("refactor", "block-swizzle", "split-k"), catalog, h200)
+def test_commuting_steps_give_the_same_kernel(cuda_catalog, cuda_seed, h200):
+    one = build(cuda_seed, ("refactor", "split-k", "block-swizzle"), cuda_catalog, h200)
+    other = build(cuda_seed, ("refactor", "block-swizzle", "split-k"), cuda_catalog, h200)
     assert one.source == other.source and one.launch == other.launch
 
 
-def test_application_is_deterministic(catalog, seed, h200):
-    one = build(seed, TENSOR_FP16, catalog, h200)
-    two = build(seed, TENSOR_FP16, catalog, h200)
+def test_application_is_deterministic(cuda_catalog, cuda_seed, h200):
+    one = build(cuda_seed, TENSOR_FP16, cuda_catalog, h200)
+    two = build(cuda_seed, TENSOR_FP16, cuda_catalog, h200)
     assert one.content_hash() == two.content_hash() and one.state == two.state
 
 
@@ -272,25 +252,26 @@ def test_application_is_deterministic(catalog, seed, h200):
         (("refactor", "tensor-tiling"), "requires tensor-core"),
     ],
 )
-def test_illegal_sequences_raise_invalid_point(sequence, message, catalog, seed, h200):
+def test_illegal_sequences_raise_invalid_point(sequence, message, cuda_catalog, cuda_seed, h200):
     with pytest.raises(InvalidPoint, match=message):
-        build(seed, sequence, catalog, h200)
+        build(cuda_seed, sequence, cuda_catalog, h200)
 
 
-def test_rules_check_their_preconditions_on_the_kernel(catalog, seed, h200):
+def test_rules_check_their_preconditions_on_the_kernel(cuda_catalog, cuda_seed, h200):
     """Without the catalog's requires/conflicts, the rule itself refuses."""
-    refactored = apply_transformation(seed, catalog["refactor"], h200)
-    loose = {tid: dataclasses.replace(t, requires=(), conflicts=()) for tid, t in catalog.items()}
+    refactored = apply_transformation(cuda_seed, cuda_catalog["refactor"], h200)
+    loose = {tid: dataclasses.replace(t, requires=(), conflicts=())
+             for tid, t in cuda_catalog.items()}
     with pytest.raises(InvalidPoint, match="tensor-core needs the shared-memory tiles"):
         apply_transformation(refactored, loose["tensor-core"], h200)
     with pytest.raises(InvalidPoint, match="thread-cache needs the thread tiles"):
         apply_transformation(refactored, loose["thread-cache"], h200)
     with pytest.raises(InvalidPoint, match="needs the block-tile form of refactor"):
-        apply_transformation(seed, loose["split-k"], h200)
+        apply_transformation(cuda_seed, loose["split-k"], h200)
 
 
-def test_split_k_declares_its_counter_table_as_a_size_constraint(catalog, seed, h200):
-    context = build(seed, ("refactor", "split-k"), catalog, h200)
+def test_split_k_declares_its_counter_table_as_a_size_constraint(cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, ("refactor", "split-k"), cuda_catalog, h200)
     (constraint,) = context.size_constraints
     values = {"BLOCK_M": 16, "BLOCK_N": 16}
     assert evaluate_bool(constraint, {**values, "M": 257, "N": 293})
@@ -298,30 +279,30 @@ def test_split_k_declares_its_counter_table_as_a_size_constraint(catalog, seed, 
     assert context.launch["grid_z"] == "K_SPLITS"
 
 
-def test_foreign_or_edited_variants_are_apply_errors(catalog, seed, h200):
-    child = apply_transformation(seed, catalog["refactor"], h200)
+def test_foreign_or_edited_variants_are_apply_errors(cuda_catalog, cuda_seed, h200):
+    child = apply_transformation(cuda_seed, cuda_catalog["refactor"], h200)
     edited = dataclasses.replace(child, source=child.source.replace("acc[i][j] = 0;",
                                                                       "acc[i][j] = 1;"))
     with pytest.raises(ApplyError, match="source was changed"):
-        apply_transformation(edited, catalog["tb-tiling"], h200)
+        apply_transformation(edited, cuda_catalog["tb-tiling"], h200)
     relaunched = dataclasses.replace(child, launch={**child.launch, "block_x": "64"})
     with pytest.raises(ApplyError, match="launch was changed"):
-        apply_transformation(relaunched, catalog["tb-tiling"], h200)
-    odd_seed = dataclasses.replace(seed, source=seed.source.replace("B[k * N + col]",
+        apply_transformation(relaunched, cuda_catalog["tb-tiling"], h200)
+    odd_seed = dataclasses.replace(cuda_seed, source=cuda_seed.source.replace("B[k * N + col]",
                                                                     "B[col * N + k]"))
     with pytest.raises(ApplyError, match="accumulates something other"):
-        apply_transformation(odd_seed, catalog["refactor"], h200)
-    c_context = dataclasses.replace(seed, backend="c")
+        apply_transformation(odd_seed, cuda_catalog["refactor"], h200)
+    c_context = dataclasses.replace(cuda_seed, backend="c")
     with pytest.raises(ApplyError, match="cannot apply to c/matmul"):
-        apply_transformation(c_context, catalog["refactor"], h200)
+        apply_transformation(c_context, cuda_catalog["refactor"], h200)
 
 
-def test_registry_never_drops_the_launch_geometry(catalog, seed, h200):
+def test_registry_never_drops_the_launch_geometry(cuda_catalog, cuda_seed, h200):
     """Through ReferenceApplier: the same child as apply_transformation, or (while its
     ReferenceKernel protocol cannot carry a launch) an ApplyError saying so."""
-    expected = apply_transformation(seed, catalog["refactor"], h200)
+    expected = apply_transformation(cuda_seed, cuda_catalog["refactor"], h200)
     try:
-        child = ReferenceApplier().apply(seed, catalog["refactor"], h200)
+        child = ReferenceApplier().apply(cuda_seed, cuda_catalog["refactor"], h200)
     except ApplyError as exc:
         assert "CudaChange" in str(exc)
     else:

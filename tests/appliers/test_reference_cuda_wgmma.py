@@ -16,12 +16,10 @@ from peak_tune.appliers.reference.cuda_matmul.plan import dump_plan, load_plan
 from peak_tune.backends._cuda_launch import evaluate_launch
 from peak_tune.backends._nvrtc import compile_cubin, include_dir
 from peak_tune.backends.cuda import CudaBackend
-from peak_tune.catalog.loaders import load_device, load_spec, load_transformations
-from peak_tune.catalog.types import DeviceProfile, Transformation
-from peak_tune.core import KernelContext
+from peak_tune.catalog.loaders import load_device
 from peak_tune.errors import CompileError, InvalidPoint
 from peak_tune.expr import evaluate_bool
-from peak_tune.pipeline import seed_context
+from tests.appliers.conftest import build_cuda as build
 from tests.nvrtc import needs_nvrtc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,30 +30,8 @@ POINT = {"BLOCK_M": 256, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 3, "WG
          "SWIZZLE_GROUP": 8}
 
 
-@pytest.fixture(scope="module")
-def catalog() -> dict[str, Transformation]:
-    return load_transformations([ROOT / "transforms"])
-
-
-@pytest.fixture(scope="module")
-def h200() -> DeviceProfile:
-    return load_device(DEVICES / "h200.toml")
-
-
-@pytest.fixture(scope="module")
-def seed() -> KernelContext:
-    return seed_context(load_spec(ROOT / "seeds" / "matmul"), "cuda")
-
-
-def build(seed: KernelContext, sequence: tuple[str, ...], catalog: dict[str, Transformation],
-          device: DeviceProfile) -> KernelContext:
-    for tid in sequence:
-        seed = apply_transformation(seed, catalog[tid], device)
-    return seed
-
-
-def test_wgmma_is_in_the_catalog_with_its_requirements(catalog):
-    wgmma = catalog["wgmma"]
+def test_wgmma_is_in_the_catalog_with_its_requirements(cuda_catalog):
+    wgmma = cuda_catalog["wgmma"]
     assert set(wgmma.requires) == {"tensor-core", "vector-loads", "pipelining"}
     assert {"tensor-tiling", "ldmatrix", "transpose", "offset"} <= set(wgmma.conflicts)
     assert [p.name for p in wgmma.params] == ["WGMMA_N"]
@@ -67,8 +43,8 @@ def test_hopper_profiles_build_for_sm_90a():
         assert load_device(DEVICES / f"{name}.toml").facts["arch"] == "sm_90a"
 
 
-def test_wgmma_prints_warpgroup_mmas_and_their_fences(catalog, seed, h200):
-    source = build(seed, WGMMA, catalog, h200).source
+def test_wgmma_prints_warpgroup_mmas_and_their_fences(cuda_catalog, cuda_seed, h200):
+    source = build(cuda_seed, WGMMA, cuda_catalog, h200).source
     for shape in (64, 128, 256):
         assert f"wgmma.mma_async.sync.aligned.m64n{shape}k16.f32.f16.f16" in source
         assert f"wgmma.mma_async.sync.aligned.m64n{shape}k16.f32.bf16.bf16" in source
@@ -79,8 +55,8 @@ def test_wgmma_prints_warpgroup_mmas_and_their_fences(catalog, seed, h200):
     assert "pt_mma(" not in source.split('extern "C"')[1]  # no mma.sync in the kernel
 
 
-def test_wgmma_geometry_and_constraints(catalog, seed, h200):
-    context = build(seed, WGMMA, catalog, h200)
+def test_wgmma_geometry_and_constraints(cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, WGMMA, cuda_catalog, h200)
     assert all(evaluate_bool(c, POINT) for c in context.constraints)
     shape = evaluate_launch(context.launch, {**POINT, "M": 4096, "N": 4096, "K": 4096})
     assert shape.block == (512, 1, 1) and shape.grid == (32, 16, 1)
@@ -91,27 +67,29 @@ def test_wgmma_geometry_and_constraints(catalog, seed, h200):
         assert not all(evaluate_bool(c, {**POINT, **broken}) for c in context.constraints), broken
 
 
-def test_wgmma_is_refused_off_sm_90a_and_without_its_prefix(catalog, seed, h200):
+def test_wgmma_is_refused_off_sm_90a_and_without_its_prefix(cuda_catalog, cuda_seed, h200):
     a100 = load_device(DEVICES / "a100.toml")
     with pytest.raises(InvalidPoint, match="needs an sm_90a target"):
-        build(seed, WGMMA, catalog, a100)
-    loose = {tid: dataclasses.replace(t, requires=(), conflicts=()) for tid, t in catalog.items()}
-    no_stages = build(seed, ("refactor", "tb-tiling", "tensor-core", "vector-loads"), loose, h200)
+        build(cuda_seed, WGMMA, cuda_catalog, a100)
+    loose = {tid: dataclasses.replace(t, requires=(), conflicts=())
+             for tid, t in cuda_catalog.items()}
+    no_stages = build(cuda_seed, ("refactor", "tb-tiling", "tensor-core", "vector-loads"), loose,
+                      h200)
     with pytest.raises(InvalidPoint, match="cp.async stages of pipelining"):
         apply_transformation(no_stages, loose["wgmma"], h200)
-    tiled = build(seed, (*PREFIX, "tensor-tiling"), loose, h200)
+    tiled = build(cuda_seed, (*PREFIX, "tensor-tiling"), loose, h200)
     with pytest.raises(InvalidPoint, match="instead of them"):
         apply_transformation(tiled, loose["wgmma"], h200)
     with pytest.raises(InvalidPoint, match="conflicts with offset"):
-        build(seed, ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining",
-                     "offset", "wgmma"), catalog, h200)
+        build(cuda_seed, ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining",
+                     "offset", "wgmma"), cuda_catalog, h200)
 
 
 @pytest.mark.parametrize("later", ["tensor-tiling", "ldmatrix", "transpose", "offset"])
-def test_steps_that_cannot_follow_wgmma_are_invalid(later, catalog, seed, h200):
-    context = build(seed, WGMMA, catalog, h200)
+def test_steps_that_cannot_follow_wgmma_are_invalid(later, cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, WGMMA, cuda_catalog, h200)
     with pytest.raises(InvalidPoint, match="exclude each other"):
-        apply_transformation(context, catalog[later], h200)
+        apply_transformation(context, cuda_catalog[later], h200)
 
 
 def test_earlier_plan_states_keep_their_form():
@@ -128,24 +106,28 @@ def test_earlier_plan_states_keep_their_form():
     {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4},
     {**POINT, "BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 2},
 ], ids=lambda p: f"{p['BLOCK_M']}x{p['BLOCK_N']}n{p['WGMMA_N']}s{p['NUM_STAGES']}")
-def test_wgmma_builds_for_sm_90a_without_local_memory(point, catalog, seed, h200, tmp_path):
-    context = build(seed, WGMMA, catalog, h200)
+def test_wgmma_builds_for_sm_90a_without_local_memory(
+    point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    context = build(cuda_seed, WGMMA, cuda_catalog, h200)
     artifact = CudaBackend(h200).compile(context, point, "float16", str(tmp_path))
     assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("extra", ["split-k", "launch-bounds"])
-def test_wgmma_builds_with_split_k_and_launch_bounds(extra, catalog, seed, h200, tmp_path):
-    context = build(seed, (*WGMMA, extra), catalog, h200)
+def test_wgmma_builds_with_split_k_and_launch_bounds(
+    extra, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    context = build(cuda_seed, (*WGMMA, extra), cuda_catalog, h200)
     point = {**POINT, "K_SPLITS": 4, "MIN_BLOCKS_PER_SM": 1}
     values = {p.name: point[p.name] for p in context.params}
     assert CudaBackend(h200).compile(context, values, "float16", str(tmp_path)).resources
 
 
 @needs_nvrtc
-def test_wgmma_builds_for_bf16_and_refuses_fp32_and_sm_90(catalog, seed, h200, tmp_path):
-    context = build(seed, WGMMA, catalog, h200)
+def test_wgmma_builds_for_bf16_and_refuses_fp32_and_sm_90(cuda_catalog, cuda_seed, h200, tmp_path):
+    context = build(cuda_seed, WGMMA, cuda_catalog, h200)
     flags = ["-std=c++17", f"-I{include_dir()}", *(f"-D{k}={v}" for k, v in POINT.items()),
              "-DACC=float"]
     compile_cubin(context.source, [*flags, "-arch=sm_90a", "-DDTYPE=__nv_bfloat16"])
