@@ -16,6 +16,7 @@ device cannot run (threads per block, shared memory) raises InvalidPoint: pruned
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -267,13 +268,9 @@ class CudaBackend:
         tool = find_cuda_tool("compute-sanitizer")
         sizes = [*request.check_sizes, request.size]
         smallest = min(sizes, key=lambda s: float(evaluate(request.spec.flops, s.as_dict())))
-        message = self._request(artifact, request, smallest)
-        message["check_sizes"] = []
         label = size_label(request.spec, smallest)
         runs: list[tuple[str, int, str]] = []
-        with tempfile.TemporaryDirectory(prefix="peak-tune-sanitize-") as folder:
-            path = Path(folder) / "request.json"
-            path.write_text(json.dumps(message))
+        with self._one_shot_request(artifact, request, smallest) as path:
             for check in ("memcheck", "racecheck"):
                 runs.append((check, *_run_sanitizer(tool, check, path, label)))
         report = "\n".join(f"---- compute-sanitizer {check} at {label}: exit status {status}\n"
@@ -294,17 +291,25 @@ class CudaBackend:
         return "\n".join(f"compute-sanitizer {check} at {label}: no errors"
                          for check, _, _ in runs) + "\n" + report
 
-
     # ------------------------------------------------------------ Nsight Compute
 
     def profile(self, artifact: Artifact, request: EvalRequest) -> ProfileReport:
         """Nsight Compute's metrics for one launch of the variant at the timed size."""
-        message = self._request(artifact, request, request.size)
+        with self._one_shot_request(artifact, request, request.size) as path:
+            return profile_request(path, _WORKER_MODULE, request.context.entry, _child_env())
+
+    @contextlib.contextmanager
+    def _one_shot_request(
+        self, artifact: Artifact, request: EvalRequest, size: ProblemSize
+    ) -> Iterator[Path]:
+        """A request file for the one-shot worker (run under a CUDA tool): validate once
+        at `size` only; removed afterwards."""
+        message = self._request(artifact, request, size)
         message["check_sizes"] = []
-        with tempfile.TemporaryDirectory(prefix="peak-tune-profile-") as folder:
+        with tempfile.TemporaryDirectory(prefix="peak-tune-one-shot-") as folder:
             path = Path(folder) / "request.json"
             path.write_text(json.dumps(message))
-            return profile_request(path, _WORKER_MODULE, str(message["entry"]), _child_env())
+            yield path
 
 
 def _run_sanitizer(tool: str, check: str, request_path: Path, label: str) -> tuple[int, str]:

@@ -142,9 +142,9 @@ def suggest_params(trial: optuna.Trial, context: KernelContext) -> dict[str, int
     return values
 
 
-
 def branch_sequences(transformations: Mapping[str, Transformation]) -> list[list[str]]:
-    """Two legal sequences per branch of the catalog's conflict graph.
+    """The first trials of a new study: legal sequences that cover every branch of the
+    catalog's conflict graph.
 
     Transformations that exclude each other (SIMT thread tiles vs tensor cores, register
     staging vs cp.async stages) split the catalog into branches. A branch that needs

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +22,11 @@ from peak_tune.backends._nvrtc import (
     cubin_resources,
     ptxas_resources,
 )
+from peak_tune.backends.base import EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend, profile_for_gpu
 from peak_tune.catalog.loaders import load_device, load_devices, load_spec
 from peak_tune.catalog.types import DeviceProfile
-from peak_tune.core import KernelContext, KernelSpec
+from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 from peak_tune.errors import (
     BackendUnavailable,
     CatalogError,
@@ -299,3 +301,22 @@ def test_the_visible_gpu_finds_its_profile() -> None:
     unnamed = profile_for_gpu("Some Future GPU", "sm_90", profiles)
     assert unnamed is not None and unnamed.name in {"h200", "h100"}
     assert profile_for_gpu("NVIDIA RTX 4090", "sm_89", profiles) is None
+
+
+@needs_nvrtc
+def test_sanitizer_and_ncu_get_one_validation_at_one_size(
+    backend: CudaBackend, spec: KernelSpec, tmp_path: Path
+) -> None:
+    """What the one-shot worker runs under compute-sanitizer or ncu: the built variant,
+    validated once at the given size only; the request file is gone afterwards."""
+    context = seed_context(spec, "cuda")
+    artifact = backend.compile(context, {}, "float32", str(tmp_path))
+    size = ProblemSize.of({"M": 64, "N": 32, "K": 16})
+    request = EvalRequest(spec=spec, context=context, params={}, dtype="float32",
+                          size=ProblemSize.of({"M": 512, "N": 512, "K": 512}),
+                          check_sizes=spec.check_sizes, config=EvalConfig())
+    with backend._one_shot_request(artifact, request, size) as path:
+        message = json.loads(path.read_text())
+    assert not path.exists()
+    assert (message["cubin"], message["entry"]) == (artifact.path, context.entry)
+    assert (message["size"], message["check_sizes"]) == ({"M": 64, "N": 32, "K": 16}, [])
