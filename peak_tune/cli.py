@@ -72,7 +72,7 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--encoding", default="subset", choices=ENCODINGS,
                    help="how a trial encodes a sequence (default subset)")
     p.add_argument("--no-branch-start", dest="branch_start", action="store_false",
-                   help="do not start a new study with one trial per branch of the "
+                   help="do not start a new study with a few trials per branch of the "
                         "catalog's conflicts (e.g. SIMT tiles vs tensor cores)")
     p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
                    help="what to do with an illegal sequence pick (default repair)")
@@ -242,11 +242,13 @@ def _tune(args: argparse.Namespace) -> int:
     config = _tune_config(args)
     started = time.perf_counter()
     session = open_session(config)
-    for option in ("sanitize", "profile"):
-        if getattr(args, option) and not hasattr(session.backend, option):
-            session.close()
-            raise UserError(f"--{option} is not available on the {session.backend.name} "
-                            f"backend")
+    try:
+        for option in ("sanitize", "profile"):
+            if getattr(args, option):
+                session.backend_tool(option)
+    except UserError:
+        session.close()
+        raise
     stop = _StopRequest()
     interrupted, budget = False, ""
     budget_left = getattr(session.applier, "budget_left", lambda: True)

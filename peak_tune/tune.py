@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.storages import BaseStorage
@@ -27,7 +27,7 @@ from optuna.study import StudyDirection
 from peak_tune.appliers.base import Applier
 from peak_tune.appliers.wiring import AppliedWith, LLMJournal, wired_applier
 from peak_tune.backends import BACKENDS, make_backend
-from peak_tune.backends.base import Backend, EvalConfig
+from peak_tune.backends.base import Artifact, Backend, EvalConfig, EvalRequest
 from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Status
@@ -77,7 +77,7 @@ class TuneConfig:
     only: tuple[str, ...] = ()  # search only these transformations (empty: all)
     replay: Path | None = None  # answer evaluations from this recording (ReplayBackend)
     max_steps: int = 12
-    branch_start: bool = True  # first trials: one per branch of the catalog's conflicts
+    branch_start: bool = True  # first trials: a few per branch of the catalog's conflicts
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
     apply_workers: int = 0  # applications at once; 0: 1 (reference) or --llm-concurrency
@@ -524,9 +524,7 @@ class TuneSession:
     def sanitize_best(self, tries: int = 3) -> list[str]:
         """Run the backend's sanitizer (memory errors, races) on the fastest trials until
         one passes; rejected trials no longer count as best. Returns one line per try."""
-        sanitize = getattr(self.backend, "sanitize", None)
-        if sanitize is None:
-            raise UserError(f"--sanitize is not available on the {self.backend.name} backend")
+        sanitize = self.backend_tool("sanitize")
         lines = []
         for trial in self.ranked_trials()[:tries]:
             built = self._rebuild(trial)
@@ -546,9 +544,7 @@ class TuneSession:
     def profile_best(self) -> str:
         """Nsight Compute on the best trial: its key metrics as one line; the full CSV is
         kept as <results>/profiles/<study>-trial<N>.csv."""
-        profile = getattr(self.backend, "profile", None)
-        if profile is None:
-            raise UserError(f"--profile is not available on the {self.backend.name} backend")
+        profile = self.backend_tool("profile")
         best = self.best_trial()
         built = self._rebuild(best) if best is not None else None
         if best is None or built is None:
@@ -560,7 +556,15 @@ class TuneSession:
         path.write_text(report.raw)
         return f"trial {best.number}: {report.summary()} (all metrics: {path})"
 
-    def _rebuild(self, trial: optuna.trial.FrozenTrial) -> tuple[Any, Any] | None:
+    def backend_tool(self, name: str) -> Callable[[Artifact, EvalRequest], Any]:
+        """The backend's `sanitize` or `profile`; UserError naming the option if it has
+        none (the CLI asks before the run, so a wrong option costs no trial)."""
+        tool = getattr(self.backend, name, None)
+        if tool is None:
+            raise UserError(f"--{name} is not available on the {self.backend.name} backend")
+        return cast(Callable[[Artifact, EvalRequest], Any], tool)
+
+    def _rebuild(self, trial: optuna.trial.FrozenTrial) -> tuple[Artifact, EvalRequest] | None:
         """(artifact, request at the first size) of a finished trial, from the cache."""
         context = self.cache.get_context(trial.user_attrs["context_hash"])
         if context is None:

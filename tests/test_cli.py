@@ -148,6 +148,7 @@ Text.
         (["--dtype", "int3"], "dtype 'int3'"),
         (["--size", "0"], "size '0'"),
         (["--sanitize"], "--sanitize is not available on the c backend"),
+        (["--profile"], "--profile is not available on the c backend"),
         (["--device", "mi250"], "needs the 'hip' backend"),
         (["--device", "h200"], "CUDA backend needs a GPU"),
         (["--backend", "cuda"], "--backend cuda needs --device"),
