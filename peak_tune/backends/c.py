@@ -76,7 +76,7 @@ class CBackend:
         self._profile = profile
         self._host: _Host | None = None
         self._worker = WorkerProcess(_WORKER_MODULE)
-        self._calls = threading.RLock()  # one request to the worker at a time
+        self._calls = threading.RLock()  # one worker request or compiler run at a time
         self._loaded: set[str] = set()
 
     def __enter__(self) -> CBackend:
@@ -149,7 +149,8 @@ class CBackend:
         command = [*host.toolchain.command, *FLAGS, *defines, "-o", str(temporary), str(source),
                    *_LIBS]
         try:
-            log = _run_compiler(command)
+            with self._calls:  # never beside a timing on this CPU (an LLM's result check)
+                log = _run_compiler(command)
             _write_atomically(log_path, log)
             os.replace(temporary, library)
         finally:

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -336,3 +337,30 @@ def test_no_compiler_on_path_is_backend_unavailable(
         backend.probe()
     with pytest.raises(BackendUnavailable):
         backend.compile(context_of("void matmul(void) {}"), {}, "float32", build_dir)
+
+
+def test_compiler_never_runs_beside_a_timing(
+    backend: CBackend, spec: KernelSpec, tmp_path: Path
+) -> None:
+    """An LLM applier's result check compiles while the timer thread times: the compiler
+    waits for the timing, so it cannot disturb it on this CPU."""
+    seed = (ROOT / "seeds" / "matmul" / "naive.c").read_text()
+    timed = backend.compile(context_of(seed), {}, "float32", str(tmp_path))
+    long_timing = EvalConfig(warmup=1, repeats=30, timeout_s=120, max_timing_s=30)
+    request = dataclasses.replace(request_for(spec, context_of(seed), config=long_timing),
+                                  size=ProblemSize.of({"M": 384, "N": 384, "K": 384}))
+    ended: dict[str, float] = {}
+
+    def timing() -> None:
+        backend.evaluate(timed, request)
+        ended["timing"] = time.perf_counter()
+
+    timer = threading.Thread(target=timing)
+    timer.start()
+    time.sleep(0.3)  # the timing holds the worker by now
+    assert timer.is_alive(), "the timing ended too soon to test anything"
+    backend.compile(context_of(seed + "\n/* another variant */\n"), {}, "float32",
+                    str(tmp_path))
+    ended["compile"] = time.perf_counter()
+    timer.join()
+    assert ended["compile"] > ended["timing"]
