@@ -1,105 +1,131 @@
-"""What the driver side of a CUDA study sustains, on a machine without a GPU.
+"""What the driver of a CUDA study sustains when the device answers at once.
 
-Times the parts of a trial that happen before the device: Optuna's TPE asking for a
-sequence and values over the CUDA catalog (in memory, as the driver does), the reference
-applier, and NVRTC building the variant on `--build-workers` threads. If these
-together sustain more points per second than the GPU worker evaluates (16 per second
-measured at 4096 fp32 on the H200), the device is the limit, not the driver.
+Runs the real trial loop (`TuneSession.run`: ask, sequence, reference applier, values,
+executor, tell, study storage) over the CUDA catalog with a backend whose evaluation is
+instant, so the figure is the ceiling the driver puts on a study, whatever its GPUs do.
+Builds are skipped unless `--compile` (then NVRTC builds for the device's architecture
+on the executor's threads, as in a real run). Compares, in one run, Optuna's TPE as
+configured before (`plain`: every trial, every group) with the sampler peak-tune uses
+(`focused`: peak_tune.search.focus).
 
-    python benchmarks/driver_throughput.py --points 200 --build-workers 2
+    python benchmarks/driver_throughput.py --trials 400
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import optuna  # noqa: E402
 
-from peak_tune.appliers.reference import ReferenceApplier  # noqa: E402
-from peak_tune.backends.base import EvalConfig  # noqa: E402
+from peak_tune import tune  # noqa: E402
+from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest  # noqa: E402
 from peak_tune.backends.cuda import CudaBackend  # noqa: E402
-from peak_tune.cache import Cache  # noqa: E402
-from peak_tune.catalog.resolve import Catalog  # noqa: E402
-from peak_tune.errors import ApplyError, CompileError, InvalidPoint  # noqa: E402
-from peak_tune.pipeline import Pipeline, PipelineSetup  # noqa: E402
-from peak_tune.search.samplers import make_sampler  # noqa: E402
-from peak_tune.search.space import SubsetEncoding, suggest_params  # noqa: E402
+from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize  # noqa: E402
+from peak_tune.search import samplers  # noqa: E402
 
 
-class _NoGpuCudaBackend(CudaBackend):
-    """Compiles as the CUDA backend does; names no GPU (there is none to ask here)."""
+class InstantCudaBackend(CudaBackend):
+    """Builds as the CUDA backend does (or not at all); every evaluation is answered at
+    once with a time that depends only on the variant, as a fast, steady GPU would."""
 
-    def fingerprint(self) -> dict[str, str]:
-        return {"device": "none: compile pace only"}
+    compile_for_real = False
+
+    def probe(self) -> Any:
+        return self._profile
+
+    def fingerprint(self) -> Mapping[str, str]:
+        return {"device": "instant stand-in"}
+
+    def compile(self, context: KernelContext, params: Mapping[str, int], dtype: str,
+                build_dir: str) -> Artifact:
+        if self.compile_for_real:
+            return super().compile(context, params, dtype, build_dir)
+        key = hashlib.sha256(repr((context.content_hash(), sorted(params.items()))).encode())
+        return Artifact(path="/dev/null", compile_key=key.hexdigest())
+
+    def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
+        ms = 5.0 + 20.0 * int(artifact.compile_key[:6], 16) / 0xFFFFFF
+        size = request.size.as_dict()
+        return Measurement((ms, ms, ms), 2.0 * size["M"] * size["N"] * size["K"])
+
+    def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
+                    config: EvalConfig) -> tuple[str, Measurement]:
+        return "none", Measurement((3.0,), 1.0)
+
+
+def plain_tpe(name: str, seed: int | None, roles: Any = None) -> optuna.samplers.BaseSampler:
+    """TPE as peak-tune configured it before the focused sampler."""
+    return samplers._tpe(seed).inner  # type: ignore[attr-defined]  # the unwrapped TPE
+
+
+def one_run(args: argparse.Namespace, label: str,
+            make_sampler: Callable[..., optuna.samplers.BaseSampler]) -> dict[str, Any]:
+    tune.make_sampler = make_sampler
+    asks: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="peak-driver-") as results:
+        config = tune.TuneConfig(backend="cuda", device=args.device, dtype=args.dtype,
+                                 sizes=({"M": args.size, "N": args.size, "K": args.size},),
+                                 results=Path(results), executor="local", seed=0,
+                                 compile_workers=args.build_workers)
+        session = tune.open_session(config)
+        suggest = session.encoding.suggest
+
+        def timed(trial: optuna.Trial) -> list[str]:
+            started = time.perf_counter()
+            try:
+                return suggest(trial)
+            finally:
+                asks.append(time.perf_counter() - started)
+
+        session.encoding.suggest = timed  # type: ignore[method-assign]
+        records: list[Any] = []
+        try:
+            started = time.perf_counter()
+            session.run(args.trials, records.append)
+            seconds = time.perf_counter() - started
+        finally:
+            session.close()
+    buckets = {f"{i}-{i + 100}": round(1e3 * statistics.mean(asks[i:i + 100]), 1)
+               for i in range(0, len(asks), 100)}
+    row = {"sampler": label, "trials": len(records), "seconds": round(seconds, 2),
+           "trials_per_second": round(len(records) / seconds, 2),
+           "ask_ms_by_trial": buckets}
+    print(json.dumps(row))
+    return row
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--points", type=int, default=200)
-    parser.add_argument("--build-workers", type=int, default=2)
+    parser.add_argument("--trials", type=int, default=400)
+    parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--device", default="h200")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--build-workers", type=int, default=16,
+                        help="the executor's build threads (its window is twice this)")
+    parser.add_argument("--compile", action="store_true", help="build with NVRTC for real")
+    parser.add_argument("--samplers", default="plain,focused")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    catalog = Catalog.with_user_folders()
-    spec = catalog.spec("matmul")
-    device = catalog.device(args.device)
-    transformations = {t.id: t for t in catalog.transformations_for("matmul", "cuda")}
-    with tempfile.TemporaryDirectory() as results:
-        backend = _NoGpuCudaBackend(device)
-        pipeline = Pipeline(PipelineSetup(spec, args.dtype, device, transformations,
-                                          EvalConfig()),
-                            backend, ReferenceApplier(), Cache(Path(results) / "cache"))
-        encoding = SubsetEncoding(transformations, repair=True)
-        study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", 0))
-        ask_s = apply_s = 0.0
-        builds = []
-        started = time.perf_counter()
-        with ThreadPoolExecutor(args.build_workers) as pool:
-            for n in range(args.points):
-                t0 = time.perf_counter()
-                trial = study.ask()
-                try:
-                    sequence = encoding.suggest(trial)
-                    t1 = time.perf_counter()
-                    variant = pipeline.build(sequence)[-1]
-                    apply_s += time.perf_counter() - t1
-                    params = suggest_params(trial, variant)
-                except (InvalidPoint, ApplyError):
-                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                    continue
-                ask_s += time.perf_counter() - t0
-                builds.append(pool.submit(pipeline.compile, variant, params))
-                study.tell(trial, float(n % 7))  # a stand-in value: only the pace matters
-            built = 0
-            for build in builds:
-                try:
-                    build.result()
-                    built += 1
-                except (CompileError, InvalidPoint):
-                    pass
-        seconds = time.perf_counter() - started
-    result = {
-        "points": args.points, "built": built, "build_workers": args.build_workers,
-        "seconds": round(seconds, 2), "points_per_second": round(args.points / seconds, 2),
-        "ask_and_suggest_ms_per_point": round(1e3 * (ask_s - apply_s) / args.points, 2),
-        "apply_ms_per_point": round(1e3 * apply_s / args.points, 2),
-        "compile_s_per_build": round(seconds * args.build_workers / max(built, 1), 3),
-    }
-    print(json.dumps(result))
+    InstantCudaBackend.compile_for_real = args.compile
+    tune.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
+    choices = {"plain": plain_tpe, "focused": samplers.make_sampler}
+    rows = [one_run(args, label, choices[label]) for label in args.samplers.split(",")]
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
+        args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)},
+                                        "runs": rows}, indent=1))
     return 0
 
 

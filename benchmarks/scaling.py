@@ -53,12 +53,16 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             session.run(args.trials, records.append, lambda: time.perf_counter() > deadline)
             seconds = time.perf_counter() - started
             evaluations = dict(getattr(session.executor, "evaluations", {}))
+            busy = session.executor.busy_seconds()  # type: ignore[attr-defined]  # Ray's
         finally:
             session.close()
     return {"workers": workers, "trials": len(records), "seconds": round(seconds, 2),
             "trials_per_minute": round(60 * len(records) / seconds, 1),
             "best_gflops": round(max((r.gflops for r in records), default=0.0), 2),
-            "evaluations_per_worker": evaluations}
+            "evaluations_per_worker": evaluations,
+            # a device busy far less than the whole run was waiting for the driver
+            "device_busy_fraction": {name.rsplit("-", 1)[-1]: round(b / seconds, 2)
+                                     for name, b in busy.items()}}
 
 
 def echo_after(delay_s: float) -> Any:
@@ -134,7 +138,7 @@ def main() -> int:
         row["speedup"] = round(row["trials_per_minute"] / base, 2) if base else 0.0
         print(f"devices {row['workers']}: {row['trials_per_minute']:7.1f} trials/min "
               f"({row['speedup']:.2f}x)  best {row['best_gflops']} GFLOP/s  "
-              f"per worker {row['evaluations_per_worker']}")
+              f"per worker {row['evaluations_per_worker']}  busy {row['device_busy_fraction']}")
         _write(args, rows, llm)  # what is done survives a call that runs out of time
     if not args.skip_llm:
         llm = [llm_scaling(args, int(n)) for n in args.llm_at_once.split(",")]

@@ -282,13 +282,14 @@ class TuneSession:
             open_storage(self.storage_url),
             lambda storage: (create(storage, c.study, True) if c.study
                              else self._new_study(storage, create)),
-            make_sampler(c.sampler, c.seed),
+            make_sampler(c.sampler, c.seed, self.encoding),
         )
         study = self.mirror.working
         if study.trials and c.seed is not None:
             # A resumed study: seeded as at its start, the sampler would ask again for the
             # points its earlier runs finished. Continue from a seed of its own instead.
-            study.sampler = make_sampler(c.sampler, resumed_seed(c.seed, len(study.trials)))
+            study.sampler = make_sampler(c.sampler, resumed_seed(c.seed, len(study.trials)),
+                                         self.encoding)
         existing = study.user_attrs.get("identity")
         if existing and existing != identity:
             raise UserError(f"study {study.study_name!r} was made for {existing}, not {identity}")

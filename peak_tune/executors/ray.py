@@ -109,6 +109,7 @@ class DeviceWorker:
         self.label = label
         self.build_dir = tempfile.mkdtemp(prefix="peak-tune-builds-")
         self._timing = threading.Lock()
+        self._busy_s = 0.0  # time spent validating and timing: how busy the device was
 
     def evaluate(self, job: EvalJob, shipped: BuiltVariant | None = None) -> WorkerReply:
         """Validate and time `job`: built here, or `shipped` from a CPU worker."""
@@ -121,8 +122,10 @@ class DeviceWorker:
         if isinstance(built, Outcome):
             return WorkerReply([built] * len(job.sizes), True, self.label)
         with self._timing:
+            started = time.perf_counter()
             outcomes = [self._confirmed(built, job, values, size, cutoff)
                         for size, cutoff in zip(job.sizes, job.slow_cutoff_ms, strict=True)]
+            self._busy_s += time.perf_counter() - started
         return WorkerReply(outcomes, not built.reused, self.label)
 
     def _landed(self, shipped: BuiltVariant) -> Artifact | Outcome:
@@ -151,6 +154,9 @@ class DeviceWorker:
 
     def ping(self) -> str:
         return self.label
+
+    def busy_seconds(self) -> float:
+        return self._busy_s
 
     def shutdown(self) -> None:
         """Stop the backend's kernel worker and remove this actor's builds."""
@@ -219,6 +225,11 @@ class RayExecutor:
                              slow_cutoff_ms=tuple(job.slow_cutoff_ms[i] for i in missing))
         self._send(_Pending(remote_job, known, missing, result))
         return result
+
+    def busy_seconds(self) -> dict[str, float]:
+        """Seconds each device worker spent validating and timing (since it started)."""
+        found = self._ray.get([w.busy_seconds.remote() for w in self._workers], timeout=60)
+        return dict(zip(self.worker_names, found, strict=True))
 
     def _send(self, pending: _Pending) -> None:
         """To the least busy worker that is up (waiting, if Ray is restarting them all)."""

@@ -7,6 +7,7 @@ import warnings
 import optuna
 
 from peak_tune.errors import UserError
+from peak_tune.search.focus import HistoryWindow, ParamRoles, SequenceFirst
 
 __all__ = ["SAMPLERS", "make_sampler", "is_multi_objective"]
 
@@ -21,15 +22,19 @@ def _tpe(seed: int | None) -> optuna.samplers.BaseSampler:
 
 def _tpe_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
     # multivariate + group: sequences switch parameters on and off (conditional spaces);
-    # constant_liar keeps parallel workers from drawing the same point.
-    return optuna.samplers.TPESampler(
+    # constant_liar keeps parallel workers from drawing the same point; the history
+    # window keeps an ask from growing slower with every trial (peak_tune.search.focus).
+    return HistoryWindow(optuna.samplers.TPESampler(
         seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10,
-    )
+    ))
 
 
-def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int | None,
+                 roles: ParamRoles | None = None) -> optuna.samplers.BaseSampler:
+    """`roles` (the sequence encoding) lets TPE draw the sequence first and then only
+    the values that sequence uses."""
     if name == "tpe":
-        return _tpe(seed)
+        return _tpe(seed) if roles is None else SequenceFirst(_tpe(seed), roles)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":

@@ -45,6 +45,15 @@ class SequenceEncoding(Protocol):
         """The sequence for this trial; raises InvalidPoint when it must be pruned."""
         ...
 
+    def chooses_sequence(self, name: str) -> bool:
+        """`name` is one of the parameters that choose the sequence."""
+        ...
+
+    def in_use(self, choices: Mapping[str, Any], name: str) -> bool:
+        """Whether a trial whose sequence parameters are `choices` may suggest `name`
+        (a position or tuning value of a chosen step, or of no step at all)."""
+        ...
+
 
 def repair_sequence(
     sequence: Sequence[str], transformations: Mapping[str, Transformation]
@@ -88,6 +97,12 @@ class _Checked:
         check_sequence(sequence, self.transformations)
         return sequence
 
+    def _owner(self, name: str) -> str | None:
+        """The transformation a position (`pos.<id>`) or value (`<id>.<MACRO>`) is of."""
+        prefix, _, rest = name.partition(".")
+        owner = rest if prefix == "pos" else prefix
+        return owner if owner in self.transformations else None
+
 
 class SubsetEncoding(_Checked):
     def suggest(self, trial: optuna.Trial) -> list[str]:
@@ -96,6 +111,13 @@ class SubsetEncoding(_Checked):
             if trial.suggest_categorical(f"use.{tid}", [False, True]):
                 chosen.append((trial.suggest_float(f"pos.{tid}", 0.0, 1.0), tid))
         return self._finish([tid for _, tid in sorted(chosen)])
+
+    def chooses_sequence(self, name: str) -> bool:
+        return name.startswith("use.")
+
+    def in_use(self, choices: Mapping[str, Any], name: str) -> bool:
+        owner = self._owner(name)
+        return owner is None or bool(choices.get(f"use.{owner}", True))
 
 
 class StepsEncoding(_Checked):
@@ -116,6 +138,14 @@ class StepsEncoding(_Checked):
             sequence.append(str(pick))
         return self._finish(sequence)
 
+    def chooses_sequence(self, name: str) -> bool:
+        return name.startswith("step.")
+
+    def in_use(self, choices: Mapping[str, Any], name: str) -> bool:
+        picked = {v for k, v in choices.items() if k.startswith("step.")}
+        owner = self._owner(name)
+        return owner is None or not picked or owner in picked
+
 
 class FixedEncoding:
     """One given sequence (e.g. a paper's hand-picked one): only parameters are tuned."""
@@ -128,6 +158,12 @@ class FixedEncoding:
 
     def suggest(self, trial: optuna.Trial) -> list[str]:
         return list(self.sequence)
+
+    def chooses_sequence(self, name: str) -> bool:
+        return False  # nothing to choose: every value is of the fixed sequence
+
+    def in_use(self, choices: Mapping[str, Any], name: str) -> bool:
+        return True
 
 
 ENCODINGS = ("subset", "steps")

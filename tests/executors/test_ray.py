@@ -75,14 +75,21 @@ def test_c_backend_spreads_over_device_workers(local_ray: None, tmp_path: Path) 
         records = []
         session.run(10, records.append)
         evaluations = dict(session.executor.evaluations)  # type: ignore[attr-defined]
+        busy = session.executor.busy_seconds()  # type: ignore[attr-defined]
+        started = time.perf_counter()
+        session.run(3, records.append)
+        busy_after = session.executor.busy_seconds()  # type: ignore[attr-defined]
+        ran_for = time.perf_counter() - started
     finally:
         session.close()
-    assert len(records) == 10
+    assert len(records) == 13
     assert len(evaluations) == 2
     assert all(count > 0 for count in evaluations.values())
+    assert set(busy) == set(evaluations) and all(b > 0 for b in busy.values())
+    assert 0 < sum(busy_after.values()) - sum(busy.values()) <= 2 * ran_for
     assert any(r.status is Status.OK and r.gflops > 0 for r in records)
     assert optuna.trial.TrialState.RUNNING not in states(session)
-    assert len(states(session)) == 10
+    assert len(states(session)) == 13
 
 
 def test_a_job_lost_with_its_worker_runs_again_on_the_restarted_worker(
