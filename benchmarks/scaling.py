@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -54,6 +55,8 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             seconds = time.perf_counter() - started
             evaluations = dict(getattr(session.executor, "evaluations", {}))
             busy = session.executor.busy_seconds()  # type: ignore[attr-defined]  # Ray's
+            jobs = session.executor.job_times  # type: ignore[attr-defined]
+            loop = {k: round(v, 1) for k, v in session.loop_seconds.items()}
         finally:
             session.close()
     return {"workers": workers, "trials": len(records), "seconds": round(seconds, 2),
@@ -62,7 +65,11 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             "evaluations_per_worker": evaluations,
             # a device busy far less than the whole run was waiting for the driver
             "device_busy_fraction": {name.rsplit("-", 1)[-1]: round(b / seconds, 2)
-                                     for name, b in busy.items()}}
+                                     for name, b in busy.items()},
+            "job_median_s": {part: round(statistics.median(getattr(j, part) for j in jobs), 3)
+                             for part in ("latency_s", "build_s", "waited_s", "busy_s")}
+            if jobs else {},
+            "driver_loop_s": loop}
 
 
 def echo_after(delay_s: float) -> Any:
@@ -138,7 +145,8 @@ def main() -> int:
         row["speedup"] = round(row["trials_per_minute"] / base, 2) if base else 0.0
         print(f"devices {row['workers']}: {row['trials_per_minute']:7.1f} trials/min "
               f"({row['speedup']:.2f}x)  best {row['best_gflops']} GFLOP/s  "
-              f"per worker {row['evaluations_per_worker']}  busy {row['device_busy_fraction']}")
+              f"per worker {row['evaluations_per_worker']}  busy {row['device_busy_fraction']}\n"
+              f"  job medians {row['job_median_s']}  driver loop {row['driver_loop_s']}")
         _write(args, rows, llm)  # what is done survives a call that runs out of time
     if not args.skip_llm:
         llm = [llm_scaling(args, int(n)) for n in args.llm_at_once.split(",")]

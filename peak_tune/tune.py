@@ -212,6 +212,9 @@ class TuneSession:
         self.vendor: dict[str, tuple[str, Measurement]] = {}
         self._journal = LLMJournal(self.cache)
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
+        # where the trial loop's own thread spent its time: a study whose driver mostly
+        # waits is limited by its devices, one that mostly asks by the sampler
+        self.loop_seconds = {"asking": 0.0, "waiting": 0.0, "telling": 0.0}
 
     def _applier(self) -> Applier:
         """The reference applier, or the LLM one wired to this backend's compiler and
@@ -358,18 +361,25 @@ class TuneSession:
         """
         asked = 0
         pending: deque[_Started] = deque()
+        clock = self.loop_seconds
         try:
             while True:
                 while (len(pending) < self.window and asked < trials
                        and not should_stop()):
                     self._pull_other_drivers()
-                    pending.append(_Started(self.study.ask(), time.perf_counter()))
+                    began = time.perf_counter()
+                    pending.append(_Started(self.study.ask(), began))
                     asked += 1
                     self._start(pending[-1])
+                    clock["asking"] += time.perf_counter() - began
                 if not pending:
                     break
+                began = time.perf_counter()
                 record = self._finish(pending[0])
+                told = time.perf_counter()
                 self._tell(pending[0].trial, record)
+                clock["waiting"] += told - began
+                clock["telling"] += time.perf_counter() - told
                 pending.popleft()
                 self._journal_llm_calls()
                 on_trial(record)

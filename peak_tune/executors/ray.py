@@ -31,7 +31,8 @@ from peak_tune.errors import EvaluationError, InvalidPoint, UserError
 from peak_tune.executors.base import EvalJob
 from peak_tune.pipeline import Pipeline, PipelineSetup, evaluate_built, outcome_of_error
 
-__all__ = ["NAMESPACE", "BuiltVariant", "RayExecutor", "RaySettings", "build_variant"]
+__all__ = ["NAMESPACE", "BuiltVariant", "JobTimes", "RayExecutor", "RaySettings",
+           "build_variant"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class _Pending:
     missing: Sequence[int]
     result: Future[list[Outcome]]
     attempts: int = 0
+    sent_at: float = 0.0  # perf_counter when it was last sent to a worker
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,19 @@ class WorkerReply:
     outcomes: list[Outcome]
     compiled: bool  # the actor ran the compiler (not an identical build on its disk)
     worker: str
+    build_s: float = 0.0  # compiling (on a CPU worker or in the actor)
+    waited_s: float = 0.0  # in the actor, waiting for its device
+    busy_s: float = 0.0  # validating and timing on the device
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """Where one job's time went; `latency_s` is from sending it to its reply."""
+
+    latency_s: float
+    build_s: float
+    waited_s: float
+    busy_s: float
 
 
 @dataclass(frozen=True)
@@ -85,18 +100,22 @@ class BuiltVariant:
     artifact: Artifact | None
     payload: bytes = b""
     failed: Outcome | None = None
+    build_s: float = 0.0
 
 
 def build_variant(backend_name: str, setup: PipelineSetup, job: EvalJob) -> BuiltVariant:
     """A Ray task (num_cpus=1): compile where there is a free CPU; no device needed."""
+    started = time.perf_counter()
     backend = make_backend(backend_name, setup.device)
     values = {p.name: job.params[p.name] for p in job.context.params}
     with tempfile.TemporaryDirectory(prefix="peak-tune-build-") as folder:
         try:
             artifact = backend.compile(job.context, values, setup.dtype, folder)
         except (InvalidPoint, EvaluationError) as exc:
-            return BuiltVariant(None, failed=outcome_of_error(exc))
-        return BuiltVariant(artifact, Path(artifact.path).read_bytes())
+            return BuiltVariant(None, failed=outcome_of_error(exc),
+                                build_s=time.perf_counter() - started)
+        return BuiltVariant(artifact, Path(artifact.path).read_bytes(),
+                            build_s=time.perf_counter() - started)
 
 
 class DeviceWorker:
@@ -113,20 +132,25 @@ class DeviceWorker:
 
     def evaluate(self, job: EvalJob, shipped: BuiltVariant | None = None) -> WorkerReply:
         """Validate and time `job`: built here, or `shipped` from a CPU worker."""
+        arrived = time.perf_counter()
         values = {p.name: job.params[p.name] for p in job.context.params}
         try:
             built = (self._landed(shipped) if shipped is not None else
                      self.backend.compile(job.context, values, self.setup.dtype, self.build_dir))
         except (InvalidPoint, EvaluationError) as exc:
             return WorkerReply([outcome_of_error(exc)] * len(job.sizes), True, self.label)
+        build_s = shipped.build_s if shipped is not None else time.perf_counter() - arrived
         if isinstance(built, Outcome):
-            return WorkerReply([built] * len(job.sizes), True, self.label)
+            return WorkerReply([built] * len(job.sizes), True, self.label, build_s)
+        ready = time.perf_counter()
         with self._timing:
             started = time.perf_counter()
             outcomes = [self._confirmed(built, job, values, size, cutoff)
                         for size, cutoff in zip(job.sizes, job.slow_cutoff_ms, strict=True)]
-            self._busy_s += time.perf_counter() - started
-        return WorkerReply(outcomes, not built.reused, self.label)
+            busy = time.perf_counter() - started
+            self._busy_s += busy
+        return WorkerReply(outcomes, not built.reused, self.label, build_s,
+                           started - ready, busy)
 
     def _landed(self, shipped: BuiltVariant) -> Artifact | Outcome:
         """The shipped build written into this actor's build folder (once)."""
@@ -180,11 +204,14 @@ class RayExecutor:
         on_cpu = settings.build_on == "cpu" or (settings.build_on == "auto"
                                                 and backend_name != "c")
         self._builder = ray.remote(num_cpus=1)(build_variant) if on_cpu else None
+        self._setup_ref = ray.put(pipeline.setup)  # once, not pickled with every build
         self._backend_name = backend_name
         count = settings.workers or _default_workers(ray, backend_name)
         options: dict[str, Any] = {
             "max_restarts": _ACTOR_RESTARTS, "max_task_retries": 0,
             "max_concurrency": per_worker, "namespace": NAMESPACE,
+            # a job whose build is done need not wait behind one still building
+            "allow_out_of_order_execution": True,
             **({"num_cpus": 1} if backend_name == "c" else {"num_gpus": 1, "num_cpus": 1}),
         }
         actor = ray.remote(DeviceWorker)
@@ -196,6 +223,7 @@ class RayExecutor:
         self.lost = 0  # jobs whose worker died under them
         self._busy = [0] * count
         self.evaluations: dict[str, int] = {}  # jobs each device worker evaluated
+        self.job_times: list[JobTimes] = []
         self._ready = threading.Condition()  # guards _busy, _down and _waiting
         self._down: set[int] = set()  # workers Ray is restarting
         self._waiting: dict[Any, tuple[int, _Pending]] = {}  # reply ref: worker, job
@@ -238,7 +266,8 @@ class RayExecutor:
             up = [i for i in range(len(self._workers)) if i not in self._down]
             index = min(up, key=self._busy.__getitem__)
             self._busy[index] += 1
-        shipped = (self._builder.remote(self._backend_name, self.pipeline.setup, pending.job)
+        pending.sent_at = time.perf_counter()
+        shipped = (self._builder.remote(self._backend_name, self._setup_ref, pending.job)
                    if self._builder is not None else None)
         reply = self._workers[index].evaluate.remote(pending.job, shipped)
         with self._ready:
@@ -268,6 +297,8 @@ class RayExecutor:
     def _finished(self, reply: WorkerReply, pending: _Pending) -> None:
         try:
             self.evaluations[reply.worker] = self.evaluations.get(reply.worker, 0) + 1
+            self.job_times.append(JobTimes(time.perf_counter() - pending.sent_at, reply.build_s,
+                                           reply.waited_s, reply.busy_s))
             if reply.compiled:
                 with self.pipeline.counter_lock:
                     self.pipeline.cache.counters.compiles += 1
