@@ -23,3 +23,11 @@ for size in $sizes; do  # each worker count is time-boxed and written to $OUT wh
     --size "$size" --trials "$trials" --repeats 5 --workers 1,2 --skip-llm \
     --out "$OUT/scaling-$size.json" 2>&1 | grep -v "^\[I " | tail -6
 done
+# What is left of the call: the fp16 search on one GPU (FP16_SECONDS=0 skips it).
+left=$((540 - SECONDS - 60))
+if [ "${FP16_SECONDS:-0}" -gt 0 ] && [ "$left" -gt 60 ]; then
+  box=$(( left < FP16_SECONDS ? left : FP16_SECONDS ))
+  CUDA_VISIBLE_DEVICES=0 timeout $((box + 50)) python3 benchmarks/cuda_matmul.py \
+    --results /tmp/bench-results --out "$OUT/cuda_matmul.json" --trials 5000 \
+    --seconds "$box" --configs float16:4096 --no-paper --no-triton 2>&1 | grep -v "^\[I " | tail -8
+fi

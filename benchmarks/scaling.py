@@ -36,8 +36,13 @@ from tests.llm_server import Behaviour, LLMServer  # noqa: E402
 _FENCED = re.compile(r"```[a-z+]*\n(.*?)```", re.S)
 
 
+class _BoxOver(Exception):
+    """The time box of one worker count is over."""
+
+
 def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
-    """Trials per minute of a fresh search with `workers` device workers on Ray."""
+    """Trials per minute of a fresh search with `workers` device workers on Ray: the
+    trials finished within `--seconds`."""
     with tempfile.TemporaryDirectory(prefix="peak-scaling-") as results:
         config = TuneConfig(
             backend=args.backend, device=args.device, dtype=args.dtype,
@@ -51,8 +56,17 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             records: list[Any] = []
             started = time.perf_counter()
             deadline = started + args.seconds  # a device call must not run out unseen
-            session.run(args.trials, records.append, lambda: time.perf_counter() > deadline)
-            seconds = time.perf_counter() - started
+
+            def finished(record: Any) -> None:
+                if time.perf_counter() > deadline:
+                    raise _BoxOver  # what is still in flight is not waited for
+                records.append(record)
+
+            try:
+                session.run(args.trials, finished, lambda: time.perf_counter() > deadline)
+            except _BoxOver:
+                pass
+            seconds = min(time.perf_counter(), deadline) - started
             evaluations = dict(getattr(session.executor, "evaluations", {}))
             busy = session.executor.busy_seconds()  # type: ignore[attr-defined]  # Ray's
             jobs = session.executor.job_times  # type: ignore[attr-defined]

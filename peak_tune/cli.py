@@ -74,6 +74,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-branch-start", dest="branch_start", action="store_false",
                    help="do not start a new study with a few trials per branch of the "
                         "catalog's conflicts (e.g. SIMT tiles vs tensor cores)")
+    p.add_argument("--polish", type=float, default=0.5, metavar="SHARE",
+                   help="share of trials spent on neighbours of the best so far (one "
+                        "tuning value moved a step); 0 turns it off (default 0.5)")
     p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
                    help="what to do with an illegal sequence pick (default repair)")
     p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")
@@ -228,6 +231,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         only=tuple(s for s in (args.transforms or "").split(",") if s),
         replay=Path(args.replay) if args.replay else None,
         branch_start=args.branch_start,
+        polish=args.polish,
         step_values=args.step_values, compile_workers=args.compile_workers,
         apply_workers=args.apply_workers, executor=args.executor,
         ray_address=args.ray_address, ray_workers=args.ray_workers,

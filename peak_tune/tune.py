@@ -34,6 +34,7 @@ from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Sta
 from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
 from peak_tune.executors import EvalJob, Executor, LocalExecutor, choose_executor
 from peak_tune.pipeline import Pipeline, PipelineSetup
+from peak_tune.search.polish import Polisher
 from peak_tune.search.samplers import is_multi_objective, make_sampler
 from peak_tune.search.space import (
     FixedEncoding,
@@ -78,6 +79,7 @@ class TuneConfig:
     replay: Path | None = None  # answer evaluations from this recording (ReplayBackend)
     max_steps: int = 12
     branch_start: bool = True  # first trials: a few per branch of the catalog's conflicts
+    polish: float = 0.5  # share of trials spent on neighbours of the best (search.polish)
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
     apply_workers: int = 0  # applications at once; 0: 1 (reference) or --llm-concurrency
@@ -206,6 +208,10 @@ class TuneSession:
                               config.eval_config, config.samples)
         self.pipeline = Pipeline(setup, self.backend, self.applier, self.cache)
         self.encoding = self._encoding()
+        try:
+            self.polisher = Polisher(config.polish)
+        except ValueError as exc:
+            raise UserError(f"--polish {config.polish}: {exc}") from exc
         self.executor = self._executor(backend_name)  # before the study: fail first
         self._appliers = ThreadPoolExecutor(self.apply_workers, thread_name_prefix="apply")
         self.study = self._study(backend_name)
@@ -368,6 +374,7 @@ class TuneSession:
                        and not should_stop()):
                     self._pull_other_drivers()
                     began = time.perf_counter()
+                    self._queue_a_neighbour()
                     pending.append(_Started(self.study.ask(), began))
                     asked += 1
                     self._start(pending[-1])
@@ -378,6 +385,7 @@ class TuneSession:
                 record = self._finish(pending[0])
                 told = time.perf_counter()
                 self._tell(pending[0].trial, record)
+                self._offer_to_polisher(pending[0], record)
                 clock["waiting"] += told - began
                 clock["telling"] += time.perf_counter() - told
                 pending.popleft()
@@ -394,6 +402,25 @@ class TuneSession:
             raise
         finally:
             self.mirror.flush()
+
+    def _queue_a_neighbour(self) -> None:
+        """Enqueue the polisher's next neighbour when one is due (after the trials a new
+        study starts with, which are enqueued first)."""
+        waiting = self.study._storage.get_all_trials(
+            self.study._study_id, deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        if waiting:
+            return
+        neighbour = self.polisher.next()
+        if neighbour is not None:
+            self.study.enqueue_trial(neighbour.params, user_attrs={
+                "neighbour_of": neighbour.origin, "moved": neighbour.moved})
+
+    def _offer_to_polisher(self, item: _Started, record: TrialRecord) -> None:
+        if record.status is Status.OK and item.chain:
+            self.polisher.offer(item.trial.number, item.trial.params, item.chain[-1],
+                                item.params, record.gflops)
+        else:
+            self.polisher.saw(item.trial.params)
 
     @property
     def window(self) -> int:

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -306,9 +306,9 @@ class RayExecutor:
                                         strict=True):
                 self.pipeline.store(pending.job.context, pending.job.params, size, outcome)
                 pending.known[i] = outcome
-            pending.result.set_result([o for o in pending.known if o is not None])
+            _settle(pending.result, [o for o in pending.known if o is not None])
         except BaseException as exc:
-            pending.result.set_exception(exc)
+            _settle(pending.result, exc)
 
     def _worker_lost(self, pending: _Pending, index: int, exc: BaseException) -> None:
         """Run the job again once Ray has restarted the worker; after too many losses,
@@ -325,7 +325,7 @@ class RayExecutor:
             return
         lost = Outcome(Status.RUNTIME_ERROR, message="evaluation worker lost "
                        f"{pending.attempts + 1} times: {_first_line(exc)}")
-        pending.result.set_result([o if o is not None else lost for o in pending.known])
+        _settle(pending.result, [o if o is not None else lost for o in pending.known])
 
     def _wait_until_up(self, index: int) -> None:
         """Ping a worker Ray is restarting until it answers, then send it jobs again."""
@@ -354,6 +354,20 @@ class RayExecutor:
         self._workers = []
         if self._started_ray:
             self._ray.shutdown()
+
+
+def _settle(result: Future[list[Outcome]], value: list[Outcome] | BaseException) -> None:
+    """Hand a job's result on, unless the trial loop cancelled it meanwhile (a stopped
+    run): its outcome is in the cache already, and nobody waits for it."""
+    if result.cancelled():
+        return
+    try:
+        if isinstance(value, BaseException):
+            result.set_exception(value)
+        else:
+            result.set_result(value)
+    except InvalidStateError:  # cancelled between the check and now
+        pass
 
 
 def _import_ray() -> Any:

@@ -207,3 +207,31 @@ def test_a_cuda_variant_builds_without_a_gpu_into_one_shippable_cubin() -> None:
     failed = build_variant("cuda", setup, EvalJob(broken, {}, (), ()))
     assert failed.artifact is None and failed.failed is not None
     assert failed.failed.status is Status.COMPILE_ERROR
+
+
+def test_a_stopped_run_leaves_its_late_results_in_the_cache_and_nothing_failing(
+        local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    crashed: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: crashed.append(args.exc_value))
+    session = ray_session(tmp_path, ray_workers=1)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_first(record: object) -> None:
+        raise Stop
+
+    try:
+        session.measure_vendor()
+        with pytest.raises(Stop):
+            session.run(6, stop_at_first)
+        time.sleep(3)  # the job still in flight comes back to a cancelled trial
+        handled = sum(session.executor.evaluations.values())  # type: ignore[attr-defined]
+        again: list[object] = []
+        session.run(1, again.append)  # the executor still serves the next run
+    finally:
+        session.close()
+    assert crashed == []
+    assert handled == 2  # the first trial's and the late one's, kept for the cache
+    assert len(again) == 1
+    assert optuna.trial.TrialState.RUNNING not in states(session)

@@ -1,0 +1,127 @@
+"""Local search around the best trials: neighbours that move tuning values one step.
+
+TPE is good at choosing among sequences and poor at the last few percent inside one:
+in a branch whose constraints tie its values together (wgmma's tile, warpgroup and
+stage counts) most of its draws are pruned, and the best points are found by hand one
+step away from where it stopped. So whenever a trial ranks among the best so far, its
+neighbours are queued: the same sequence (every `use.`/`pos.` parameter as it was) with
+one tuning value moved to the next declared value up or down, or, where the constraints
+tie it to another, two values moved together. Only neighbours that satisfy the variant's
+constraints are queued, none twice. The trial loop takes a `share` of its trials from
+this queue (enqueued, so Optuna records them and TPE learns from them); asking for one
+costs no sampling, which is also what lets a study keep several GPUs busy when the
+sampler itself is the slowest part of the driver.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from peak_tune.core import KernelContext, ParamDomain
+from peak_tune.expr import evaluate_bool
+
+__all__ = ["Neighbour", "Polisher", "neighbours", "param_key"]
+
+_QUEUE_LIMIT = 64  # neighbours waiting; the oldest (of earlier bests) are dropped first
+
+
+def param_key(domain: ParamDomain) -> str:
+    """The Optuna name of a tuning value: `<id of the step that introduced it>.<MACRO>`."""
+    return f"{domain.introduced_by or 'seed'}.{domain.name}"
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    params: dict[str, Any]  # every Optuna parameter of the trial to enqueue
+    origin: int  # the trial it is a neighbour of
+    moved: str  # e.g. "tb-tiling.TILE_K_SIZE 32->64"
+
+
+def neighbours(variant: KernelContext, values: Mapping[str, int]) -> Iterator[
+        tuple[dict[str, int], str]]:
+    """Values one step from `values` that satisfy `variant`'s constraints: each value
+    moved alone, then (for a move the constraints forbid alone) together with one step
+    of another value."""
+    domains = [d for d in variant.params if len(d.values) > 1 and d.name in values]
+
+    def valid(candidate: Mapping[str, int]) -> bool:
+        return all(evaluate_bool(c, candidate) for c in variant.constraints)
+
+    def steps(domain: ParamDomain, base: Mapping[str, int]) -> Iterator[int]:
+        ordered = sorted(domain.values)
+        at = bisect.bisect_left(ordered, base[domain.name])
+        for index in (at - 1, at + 1):
+            if 0 <= index < len(ordered) and ordered[index] != base[domain.name]:
+                yield ordered[index]
+
+    for domain in domains:
+        for value in steps(domain, values):
+            moved = {**values, domain.name: value}
+            what = f"{param_key(domain)} {values[domain.name]}->{value}"
+            if valid(moved):
+                yield moved, what
+                continue
+            for other in domains:
+                if other is domain:
+                    continue
+                for second in steps(other, values):
+                    pair = {**moved, other.name: second}
+                    if valid(pair):
+                        yield pair, (f"{what}, {param_key(other)} "
+                                     f"{values[other.name]}->{second}")
+                        break
+                else:
+                    continue
+                break
+
+
+class Polisher:
+    """Queues the neighbours of trials that rank among the `top` best so far and hands
+    them out for a `share` of the trials."""
+
+    def __init__(self, share: float, top: int = 3) -> None:
+        if not 0.0 <= share < 1.0:
+            raise ValueError("the polish share must be at least 0 and below 1")
+        self.share = share
+        self.top = top
+        self._best: list[float] = []  # the best `top` values so far, ascending
+        self._queue: list[Neighbour] = []
+        self._seen: set[tuple[tuple[str, Any], ...]] = set()
+        self._asked = 0
+        self._given = 0
+
+    def saw(self, params: Mapping[str, Any]) -> None:
+        """A trial with these Optuna parameters exists: never queue it again."""
+        self._seen.add(tuple(sorted(params.items())))
+
+    def offer(self, number: int, params: Mapping[str, Any], variant: KernelContext,
+              values: Mapping[str, int], gflops: float) -> int:
+        """A finished trial; if it ranks among the best, queue its neighbours first.
+        Returns how many were queued."""
+        self.saw(params)
+        if len(self._best) >= self.top and gflops <= self._best[0]:
+            return 0
+        bisect.insort(self._best, gflops)
+        del self._best[:-self.top]
+        fresh = []
+        by_name = {d.name: param_key(d) for d in variant.params}
+        for moved, what in neighbours(variant, values):
+            candidate = {**params, **{by_name[n]: v for n, v in moved.items()}}
+            key = tuple(sorted(candidate.items()))
+            if key not in self._seen:
+                self._seen.add(key)
+                fresh.append(Neighbour(candidate, number, what))
+        self._queue[:0] = fresh
+        del self._queue[_QUEUE_LIMIT:]
+        return len(fresh)
+
+    def next(self) -> Neighbour | None:
+        """The neighbour for the next trial, when polishing is due; else None (TPE)."""
+        self._asked += 1
+        if not self._queue or self._given >= self.share * self._asked:
+            return None
+        self._given += 1
+        return self._queue.pop(0)

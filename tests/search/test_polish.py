@@ -1,0 +1,101 @@
+"""Local search around the best: one value a step away, only where the constraints allow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from peak_tune.core import KernelContext, ParamDomain
+from peak_tune.expr import evaluate_bool
+from peak_tune.search.polish import Polisher, neighbours
+
+VALUES = (1, 2, 4, 8)
+
+
+def variant(*constraints: str) -> KernelContext:
+    domains = (ParamDomain("A", VALUES, "tile"), ParamDomain("B", VALUES, "tile"),
+               ParamDomain("U", (2,), "unroll"))
+    return KernelContext(kernel="matmul", backend="c", entry="matmul", source="",
+                         params=domains, constraints=constraints)
+
+
+def steps_apart(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: abs(VALUES.index(a[k]) - VALUES.index(b[k])) for k in ("A", "B") if a[k] != b[k]}
+
+
+def test_each_value_moves_one_step_up_and_down():
+    found = [moved for moved, _ in neighbours(variant(), {"A": 2, "B": 8, "U": 2})]
+    assert sorted(tuple(sorted(m.items())) for m in found) == sorted([
+        (("A", 1), ("B", 8), ("U", 2)), (("A", 4), ("B", 8), ("U", 2)),
+        (("A", 2), ("B", 4), ("U", 2))])
+
+
+def test_a_move_the_constraints_forbid_alone_is_paired_with_another():
+    start = {"A": 4, "B": 4, "U": 2}
+    found = dict((what, moved) for moved, what in neighbours(variant("A * B <= 16"), start))
+    assert all(evaluate_bool("A * B <= 16", m) for m in found.values())
+    assert found["tile.A 4->8, tile.B 4->2"] == {"A": 8, "B": 2, "U": 2}
+    assert found["tile.A 4->2"] == {"A": 2, "B": 4, "U": 2}
+    assert all(set(steps_apart(start, m).values()) == {1} for m in found.values())
+
+
+def test_the_polisher_takes_its_share_and_never_repeats_a_point():
+    polisher = Polisher(share=0.5, top=2)
+    params = {"use.tile": True, "tile.A": 2, "tile.B": 2, "unroll.U": 2}
+    values = {"A": 2, "B": 2, "U": 2}
+    assert polisher.offer(0, params, variant(), values, gflops=10.0) == 4
+    assert polisher.offer(1, params, variant(), values, gflops=11.0) == 0  # all queued
+    assert polisher.offer(2, {**params, "tile.A": 8}, variant(),
+                          {**values, "A": 8}, gflops=1.0) == 0  # not among the best 2
+    given = [polisher.next() for _ in range(8)]
+    taken = [n for n in given if n is not None]
+    assert len(taken) == 4 and given[0] is not None and given[1] is None  # alternating
+    assert all(n.params["use.tile"] is True and n.origin == 0 for n in taken)
+    assert len({tuple(sorted(n.params.items())) for n in taken}) == 4
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.0])
+def test_a_share_outside_0_to_1_is_refused(share: float):
+    with pytest.raises(ValueError, match="share"):
+        Polisher(share)
+
+
+def run_cli(results: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "peak_tune.cli", "--trials", "24",
+                           "--size", "64", "--repeats", "3", "--results", str(results),
+                           "--json", *extra], capture_output=True, text=True, timeout=600)
+
+
+def trials(results: Path) -> list[optuna.trial.FrozenTrial]:
+    storage = f"sqlite:///{results}/peak.db"
+    name = optuna.get_all_study_names(storage)[0]
+    return optuna.load_study(study_name=name, storage=storage).trials
+
+
+def test_a_study_spends_its_share_on_valid_neighbours_of_its_best(tmp_path: Path):
+    done = run_cli(tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = trials(tmp_path)
+    polished = [t for t in found if "neighbour_of" in t.user_attrs]
+    assert 6 <= len(polished) <= 12  # half of the trials after the first four
+    for trial in polished:
+        origin = found[trial.user_attrs["neighbour_of"]]
+        changed = {k for k in trial.params if trial.params[k] != origin.params.get(k)}
+        assert changed and not any(k.startswith(("use.", "pos.")) for k in changed)
+        assert trial.user_attrs["status"] != "invalid"
+        assert trial.user_attrs["sequence"] == origin.user_attrs["sequence"]
+    keys = [tuple(sorted(t.params.items())) for t in found]
+    assert len(set(keys)) == len(keys)
+
+
+def test_polish_0_turns_it_off_and_a_bad_share_is_one_line(tmp_path: Path):
+    done = run_cli(tmp_path / "off", "--polish", "0")
+    assert done.returncode == 0, done.stderr
+    assert not any("neighbour_of" in t.user_attrs for t in trials(tmp_path / "off"))
+    bad = run_cli(tmp_path / "bad", "--polish", "1.5")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "--polish 1.5" in bad.stderr
