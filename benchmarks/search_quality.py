@@ -24,13 +24,13 @@ from peak_tune.tune import TuneConfig, open_session
 DEFAULT_RECORDING = Path(__file__).parents[1] / "tests/fixtures/replay/matmul-c-small.json"
 
 
-def best_curve(recording: Path, sampler: str, encoding: str, seed: int, trials: int,
-               folder: Path) -> list[float]:
+def best_curve(recording: Path, sampler: str, encoding: str, polish: float, seed: int,
+               trials: int, folder: Path) -> list[float]:
     data = json.loads(recording.read_text())
     size = int(data["outcomes"][0]["size"].split("x")[0])
     config = TuneConfig(sizes=({"M": size, "N": size, "K": size},), results=folder,
                         only=tuple(data["transformations"]), replay=recording,
-                        sampler=sampler, encoding=encoding, seed=seed)
+                        sampler=sampler, encoding=encoding, seed=seed, polish=polish)
     session = open_session(config)
     curve: list[float] = []
     session.run(trials, lambda record: curve.append(max(
@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--samplers", default="tpe,random,cmaes")
+    parser.add_argument("--polish", default="0,0.5",
+                        help="shares of trials on neighbours of the best to compare")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "search_quality.json"))
     args = parser.parse_args()
@@ -53,15 +55,16 @@ def main() -> None:
                   for o in data["outcomes"] if o["status"] == "ok")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="peak-quality-") as tmp:
-        for sampler, encoding in itertools.product(args.samplers.split(","),
-                                                   ("subset", "steps")):
-            curves = [best_curve(recording, sampler, encoding, seed, args.trials,
-                                 Path(tmp) / f"{sampler}-{encoding}-{seed}")
+        for sampler, encoding, polish in itertools.product(
+                args.samplers.split(","), ("subset", "steps"),
+                [float(p) for p in args.polish.split(",")]):
+            curves = [best_curve(recording, sampler, encoding, polish, seed, args.trials,
+                                 Path(tmp) / f"{sampler}-{encoding}-{polish}-{seed}")
                       for seed in range(args.seeds)]
             to95 = [next((i + 1 for i, v in enumerate(c) if v >= 0.95 * optimum),
                          args.trials + 1) for c in curves]
             rows.append({
-                "sampler": sampler, "encoding": encoding,
+                "sampler": sampler, "encoding": encoding, "polish": polish,
                 "best_fraction": {n: statistics.mean(c[min(n, len(c)) - 1] / optimum
                                                      for c in curves)
                                   for n in (10, 20, args.trials)},
@@ -72,13 +75,16 @@ def main() -> None:
         "recording": recording.name, "space_points": len(data["outcomes"]),
         "recorded_best_gflops": optimum, "seeds": args.seeds, "trials": args.trials,
         "command": f"python benchmarks/search_quality.py --seeds {args.seeds} "
-                   f"--trials {args.trials} --samplers {args.samplers}",
+                   f"--trials {args.trials} --samplers {args.samplers} "
+                   f"--polish {args.polish}",
         "rows": rows}, indent=1))
-    print(f"wrote {args.out}\n{'sampler':<8} {'encoding':<8} {'@10':>6} {'@20':>6} "
+    print(f"wrote {args.out}\n{'sampler':<8} {'encoding':<8} {'polish':>6} {'@10':>6} "
+          f"{'@20':>6} "
           f"{'@' + str(args.trials):>6} {'to 95%':>7}")
     for r in rows:
         f = r["best_fraction"]
-        print(f"{r['sampler']:<8} {r['encoding']:<8} {f[10]:>6.3f} {f[20]:>6.3f} "
+        print(f"{r['sampler']:<8} {r['encoding']:<8} {r['polish']:>6} {f[10]:>6.3f} "
+              f"{f[20]:>6.3f} "
               f"{f[args.trials]:>6.3f} {r['median_trials_to_95pct']:>7}")
 
 

@@ -46,7 +46,7 @@ _SETTINGS: dict[str, type | tuple[type, ...]] = {
     "trials": int, "sampler": str, "applier": str, "model": str, "seed": int,
     "encoding": str, "illegal": str, "transforms": list, "sequence": list, "repeats": int,
     "timeout": (int, float), "compile_workers": int, "temperature": (int, float),
-    "repairs": int, "max_tokens_total": int,
+    "repairs": int, "max_tokens_total": int, "polish": (int, float),
 }
 _TOP_ONLY: dict[str, type | tuple[type, ...]] = {
     "name": str, "results": str, "storage": str, "executor": str, "ray_address": str,
@@ -64,7 +64,9 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "illegal": ("repair", "prune"),
 }
 _LEAST: dict[str, float] = {"trials": 0, "repeats": 1, "timeout": 0.001,
-                            "compile_workers": 0, "repairs": 0, "max_tokens_total": 1}
+                            "compile_workers": 0, "repairs": 0, "max_tokens_total": 1,
+                            "polish": 0}
+_BELOW: dict[str, float] = {"polish": 1}
 EXECUTORS = ("auto", "local", "ray")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -306,6 +308,9 @@ class _Loader:
         for key, least in _LEAST.items():
             if key in table and table[key] < least:
                 raise self.fail(prefix + key, f"must be at least {least}")
+        for key, bound in _BELOW.items():
+            if key in table and table[key] >= bound:
+                raise self.fail(prefix + key, f"must be below {bound}")
         for key in ("transforms", "sequence"):
             for i, tid in enumerate(table.get(key, [])):
                 if not isinstance(tid, str):
@@ -329,7 +334,7 @@ class _Loader:
             llm_settings=llm, seed=get("seed", 0), sampler=get("sampler", "tpe"),
             encoding=get("encoding", "subset"), illegal=get("illegal", "repair"),
             only=tuple(get("transforms", [])), sequence=tuple(get("sequence", [])),
-            compile_workers=get("compile_workers", 0),
+            compile_workers=get("compile_workers", 0), polish=float(get("polish", 0.5)),
             eval_config=EvalConfig(timeout_s=float(get("timeout", 60.0)),
                                    repeats=get("repeats", 7)),
         )

@@ -123,6 +123,7 @@ def test_a_failing_study_is_reported_and_the_others_run(tmp_path):
         ("[[study]]\nsizes = ['12x0']\n", "study[0].sizes[0]: size '12x0'"),
         ("[[study]]\ndevice = 'mi250'\n", "study[0].device: 'mi250' needs the 'hip' backend"),
         ("[[study]]\ntrials = -1\n", "study[0].trials: must be at least 0"),
+        ("[[study]]\npolish = 1\n", "study[0].polish: must be below 1"),
         ("sampler = 'annealing'\n[matrix]\n", "sampler: 'annealing' is not one of"),
         ("trials = '3'\n[matrix]\n", "trials: expected an integer"),
         ("[[study]]\ntransforms = ['warp-magic']\n", "study[0].transforms[0]: unknown "
