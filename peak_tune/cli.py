@@ -77,6 +77,10 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--polish", type=float, default=0.5, metavar="SHARE",
                    help="share of trials spent on neighbours of the best so far (one "
                         "tuning value moved a step); 0 turns it off (default 0.5)")
+    p.add_argument("--tell-order", default="auto", choices=("auto", "asked", "finished"),
+                   help="tell Optuna trials in the order asked (a seeded run repeats "
+                        "itself) or as they finish (no wait behind one slow build); "
+                        "default auto: finished on Ray, asked otherwise")
     p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
                    help="what to do with an illegal sequence pick (default repair)")
     p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")
@@ -232,6 +236,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         replay=Path(args.replay) if args.replay else None,
         branch_start=args.branch_start,
         polish=args.polish,
+        tell_order=args.tell_order,
         step_values=args.step_values, compile_workers=args.compile_workers,
         apply_workers=args.apply_workers, executor=args.executor,
         ray_address=args.ray_address, ray_workers=args.ray_workers,

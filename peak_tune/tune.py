@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -80,6 +80,10 @@ class TuneConfig:
     max_steps: int = 12
     branch_start: bool = True  # first trials: a few per branch of the catalog's conflicts
     polish: float = 0.5  # share of trials spent on neighbours of the best (search.polish)
+    # "asked": tell trials in the order asked (a seeded run repeats itself); "finished":
+    # as they finish (one slow build no longer holds up the rest); "auto": finished on
+    # Ray, where several devices answer in their own order anyway, else asked
+    tell_order: str = "auto"
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
     apply_workers: int = 0  # applications at once; 0: 1 (reference) or --llm-concurrency
@@ -101,6 +105,16 @@ class _Started:
     early: tuple[Status, str] | None = None  # decided without running anything
     prepared: Future[None] | None = None  # applied and handed to the executor
     outcomes: Future[list[Outcome]] | None = None  # one per tuned size, from the executor
+
+
+TELL_ORDERS = ("auto", "asked", "finished")
+
+
+def _settled(item: _Started) -> bool:
+    """Nothing of the trial is still running: it can be finished without waiting."""
+    if item.prepared is None or not item.prepared.done():
+        return item.prepared is None
+    return item.outcomes is None or item.outcomes.done()
 
 
 @dataclass(frozen=True)
@@ -212,7 +226,12 @@ class TuneSession:
             self.polisher = Polisher(config.polish)
         except ValueError as exc:
             raise UserError(f"--polish {config.polish}: {exc}") from exc
+        if config.tell_order not in TELL_ORDERS:
+            raise UserError(f"--tell-order must be one of {', '.join(TELL_ORDERS)}, "
+                            f"not {config.tell_order!r}")
         self.executor = self._executor(backend_name)  # before the study: fail first
+        self.tell_as_finished = config.tell_order == "finished" or (
+            config.tell_order == "auto" and self.executor.name == "ray")
         self._appliers = ThreadPoolExecutor(self.apply_workers, thread_name_prefix="apply")
         self.study = self._study(backend_name)
         self.vendor: dict[str, tuple[str, Measurement]] = {}
@@ -363,7 +382,8 @@ class TuneSession:
         constant liar keeps them apart) and applied here, then built and timed by the
         executor while the next ones are prepared, so the devices rarely wait for a
         compiler or for the sampler. Results are told in the order asked, which keeps a
-        seeded run repeatable.
+        seeded run repeatable, or as they finish (`tell_order`), so that one slow build
+        or kernel does not hold up a window of finished trials.
         """
         asked = 0
         pending: deque[_Started] = deque()
@@ -382,13 +402,14 @@ class TuneSession:
                 if not pending:
                     break
                 began = time.perf_counter()
-                record = self._finish(pending[0])
+                item = self._next_to_tell(pending)
+                record = self._finish(item)
                 told = time.perf_counter()
-                self._tell(pending[0].trial, record)
-                self._offer_to_polisher(pending[0], record)
+                self._tell(item.trial, record)
+                self._offer_to_polisher(item, record)
                 clock["waiting"] += told - began
                 clock["telling"] += time.perf_counter() - told
-                pending.popleft()
+                pending.remove(item)
                 self._journal_llm_calls()
                 on_trial(record)
         except BaseException as exc:
@@ -402,6 +423,20 @@ class TuneSession:
             raise
         finally:
             self.mirror.flush()
+
+    def _next_to_tell(self, pending: deque[_Started]) -> _Started:
+        """The oldest trial, or, telling as trials finish, the oldest finished one (after
+        waiting for any to finish)."""
+        if not self.tell_as_finished:
+            return pending[0]
+        while True:
+            ready = next((item for item in pending if _settled(item)), None)
+            if ready is not None:
+                return ready
+            running: list[Future[Any]] = [f for item in pending
+                                          for f in (item.outcomes or item.prepared,)
+                                          if f is not None]
+            wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
 
     def _queue_a_neighbour(self) -> None:
         """Enqueue the polisher's next neighbour when one is due (after the trials a new

@@ -1,0 +1,68 @@
+"""Trials are told in the order asked, or as they finish: no wait behind one slow trial."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from peak_tune.errors import UserError
+from peak_tune.tune import TuneConfig, TuneSession, _Started, open_session
+
+
+def started(prepared_done: bool = True, outcome_done: bool | None = False) -> _Started:
+    item = _Started(trial=None, started=0.0)  # type: ignore[arg-type]  # not read here
+    item.prepared = Future()
+    if prepared_done:
+        item.prepared.set_result(None)
+    if outcome_done is not None:
+        item.outcomes = Future()
+        if outcome_done:
+            item.outcomes.set_result([])
+    return item
+
+
+def next_to_tell(pending: deque[_Started], as_finished: bool) -> _Started:
+    session: Any = SimpleNamespace(tell_as_finished=as_finished)
+    return TuneSession._next_to_tell(session, pending)
+
+
+def test_as_finished_the_first_done_trial_goes_before_a_slow_older_one():
+    slow, done = started(), started(outcome_done=True)
+    assert next_to_tell(deque([slow, done]), as_finished=True) is done
+    assert next_to_tell(deque([slow, done]), as_finished=False) is slow
+
+
+def test_a_trial_decided_before_the_executor_is_ready_at_once():
+    slow, pruned = started(), started(outcome_done=None)  # applied, never submitted
+    unapplied = started(prepared_done=False, outcome_done=None)
+    assert next_to_tell(deque([unapplied, slow, pruned]), as_finished=True) is pruned
+
+
+def test_with_none_done_it_waits_for_the_first_to_finish():
+    first, second = started(), started()
+    threading.Timer(0.3, lambda: second.outcomes.set_result([])).start()  # type: ignore[union-attr]
+    assert next_to_tell(deque([first, second]), as_finished=True) is second
+
+
+def test_an_unknown_tell_order_is_refused(tmp_path: Path):
+    with pytest.raises(UserError, match="--tell-order must be one of auto, asked, finished"):
+        open_session(TuneConfig(sizes=({"M": 32, "N": 32, "K": 32},), results=tmp_path,
+                                tell_order="random"))
+
+
+def test_auto_tells_in_the_order_asked_on_the_local_executor(tmp_path: Path):
+    session = open_session(TuneConfig(sizes=({"M": 32, "N": 32, "K": 32},),
+                                      results=tmp_path))
+    try:
+        assert session.tell_as_finished is False
+        records: list[Any] = []
+        session.run(4, records.append)
+    finally:
+        session.close()
+    assert [r.number for r in records] == [0, 1, 2, 3]
