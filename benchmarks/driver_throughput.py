@@ -14,13 +14,12 @@ configured before (`plain`: every trial, every group) with the sampler peak-tune
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,39 +29,8 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 
 from peak_tune import tune  # noqa: E402
-from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest  # noqa: E402
-from peak_tune.backends.cuda import CudaBackend  # noqa: E402
-from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize  # noqa: E402
 from peak_tune.search import samplers  # noqa: E402
-
-
-class InstantCudaBackend(CudaBackend):
-    """Builds as the CUDA backend does (or not at all); every evaluation is answered at
-    once with a time that depends only on the variant, as a fast, steady GPU would."""
-
-    compile_for_real = False
-
-    def probe(self) -> Any:
-        return self._profile
-
-    def fingerprint(self) -> Mapping[str, str]:
-        return {"device": "instant stand-in"}
-
-    def compile(self, context: KernelContext, params: Mapping[str, int], dtype: str,
-                build_dir: str) -> Artifact:
-        if self.compile_for_real:
-            return super().compile(context, params, dtype, build_dir)
-        key = hashlib.sha256(repr((context.content_hash(), sorted(params.items()))).encode())
-        return Artifact(path="/dev/null", compile_key=key.hexdigest())
-
-    def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
-        ms = 5.0 + 20.0 * int(artifact.compile_key[:6], 16) / 0xFFFFFF
-        size = request.size.as_dict()
-        return Measurement((ms, ms, ms), 2.0 * size["M"] * size["N"] * size["K"])
-
-    def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
-                    config: EvalConfig) -> tuple[str, Measurement]:
-        return "none", Measurement((3.0,), 1.0)
+from tests.instant_backend import InstantCudaBackend  # noqa: E402
 
 
 def plain_tpe(name: str, seed: int | None, roles: Any = None) -> optuna.samplers.BaseSampler:

@@ -441,9 +441,7 @@ class TuneSession:
     def _queue_a_neighbour(self) -> None:
         """Enqueue the polisher's next neighbour when one is due (after the trials a new
         study starts with, which are enqueued first)."""
-        waiting = self.study._storage.get_all_trials(
-            self.study._study_id, deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-        if waiting:
+        if self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
             return
         neighbour = self.polisher.next()
         if neighbour is not None:
@@ -454,6 +452,9 @@ class TuneSession:
         if record.status is Status.OK and item.chain:
             self.polisher.offer(item.trial.number, item.trial.params, item.chain[-1],
                                 item.params, record.gflops)
+        elif record.status is Status.INVALID and item.chain and item.params:
+            self.polisher.repair(item.trial.number, item.trial.params, item.chain[-1],
+                                 item.params)
         else:
             self.polisher.saw(item.trial.params)
 

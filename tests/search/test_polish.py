@@ -11,7 +11,9 @@ import pytest
 
 from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.expr import evaluate_bool
-from peak_tune.search.polish import Polisher, neighbours
+from peak_tune.search.polish import Polisher, nearest_valid, neighbours
+from peak_tune.tune import TuneConfig, open_session
+from tests.instant_backend import InstantCudaBackend
 
 VALUES = (1, 2, 4, 8)
 
@@ -58,6 +60,28 @@ def test_the_polisher_takes_its_share_and_never_repeats_a_point():
     assert len({tuple(sorted(n.params.items())) for n in taken}) == 4
 
 
+def test_values_that_break_the_constraints_are_repaired_in_the_fewest_steps():
+    tied = variant("A * B <= 16")
+    moved, what = nearest_valid(tied, {"A": 8, "B": 8, "U": 2}) or ({}, "")
+    assert evaluate_bool("A * B <= 16", moved)
+    assert sum(steps_apart({"A": 8, "B": 8}, moved).values()) == 2  # none valid in 1
+    assert what.startswith("repaired: ")
+    assert nearest_valid(tied, {"A": 2, "B": 8, "U": 2}) is None  # valid already
+    assert nearest_valid(variant("A > 100"), {"A": 8, "B": 8, "U": 2}) is None  # none
+
+
+def test_a_repair_goes_ahead_of_the_neighbours():
+    polisher = Polisher(share=0.5)
+    params = {"use.tile": True, "tile.A": 2, "tile.B": 2, "unroll.U": 2}
+    polisher.offer(0, params, variant(), {"A": 2, "B": 2, "U": 2}, gflops=10.0)
+    wanted = {**params, "tile.A": 8, "tile.B": 8}
+    assert polisher.repair(1, wanted, variant("A * B <= 16"), {"A": 8, "B": 8, "U": 2})
+    first = polisher.next()
+    assert first is not None and first.origin == 1 and first.moved.startswith("repaired")
+    assert polisher.repair(1, wanted, variant("A * B <= 16"),
+                           {"A": 8, "B": 8, "U": 2}) is False  # queued once
+
+
 @pytest.mark.parametrize("share", [-0.1, 1.0])
 def test_a_share_outside_0_to_1_is_refused(share: float):
     with pytest.raises(ValueError, match="share"):
@@ -99,3 +123,26 @@ def test_polish_0_turns_it_off_and_a_bad_share_is_one_line(tmp_path: Path):
     bad = run_cli(tmp_path / "bad", "--polish", "1.5")
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "--polish 1.5" in bad.stderr
+
+
+def test_cuda_trials_pruned_by_their_constraints_are_followed_by_their_repair(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The real CUDA catalog, reference applier and TPE; the GPU answers at once."""
+    monkeypatch.setattr("peak_tune.tune.make_backend",
+                        lambda name, device: InstantCudaBackend(device))
+    session = open_session(TuneConfig(backend="cuda", device="h200", dtype="float16",
+                                      sizes=({"M": 4096, "N": 4096, "K": 4096},),
+                                      results=tmp_path, compile_workers=2))
+    try:
+        session.run(80, lambda record: None)
+        found = session.study.trials
+    finally:
+        session.close()
+    repaired = [t for t in found if t.user_attrs.get("moved", "").startswith("repaired")]
+    assert repaired
+    for trial in repaired:
+        origin = found[trial.user_attrs["neighbour_of"]]
+        assert origin.user_attrs["status"] == "invalid"
+        assert "constraint" in origin.user_attrs["message"]
+        assert trial.user_attrs["status"] == "ok"
+        assert trial.user_attrs["sequence"] == origin.user_attrs["sequence"]

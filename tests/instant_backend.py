@@ -1,0 +1,43 @@
+"""A CUDA backend whose GPU answers at once: the driver's side of a study, without a GPU.
+
+Builds as the CUDA backend does when asked to (NVRTC from the pip wheels), or not at all;
+every evaluation returns a time that depends only on the variant, as a fast, steady GPU
+would. Used where what is measured or tested is the trial loop itself (the sampler, the
+polisher, the tell order), never a kernel's speed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
+from peak_tune.backends.cuda import CudaBackend
+from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
+
+
+class InstantCudaBackend(CudaBackend):
+    compile_for_real = False
+
+    def probe(self) -> Any:
+        return self._profile
+
+    def fingerprint(self) -> Mapping[str, str]:
+        return {"device": "instant stand-in"}
+
+    def compile(self, context: KernelContext, params: Mapping[str, int], dtype: str,
+                build_dir: str) -> Artifact:
+        if self.compile_for_real:
+            return super().compile(context, params, dtype, build_dir)
+        key = hashlib.sha256(repr((context.content_hash(), sorted(params.items()))).encode())
+        return Artifact(path="/dev/null", compile_key=key.hexdigest())
+
+    def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
+        ms = 5.0 + 20.0 * int(artifact.compile_key[:6], 16) / 0xFFFFFF
+        size = request.size.as_dict()
+        return Measurement((ms, ms, ms), 2.0 * size["M"] * size["N"] * size["K"])
+
+    def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
+                    config: EvalConfig) -> tuple[str, Measurement]:
+        return "none", Measurement((3.0,), 1.0)
