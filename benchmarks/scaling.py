@@ -77,6 +77,8 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             "trials_per_minute": round(60 * len(records) / seconds, 1),
             "best_gflops": round(max((r.gflops for r in records), default=0.0), 2),
             "evaluations_per_worker": evaluations,
+            # builds timed on a device (trials also count cache hits and pruned points)
+            "evaluations_per_minute": round(60 * sum(evaluations.values()) / seconds, 1),
             # a device busy far less than the whole run was waiting for the driver
             "device_busy_fraction": {name.rsplit("-", 1)[-1]: round(b / seconds, 2)
                                      for name, b in busy.items()},
