@@ -141,16 +141,9 @@ class Polisher:
             return 0
         bisect.insort(self._best, gflops)
         del self._best[:-self.top]
-        fresh = []
-        by_name = {d.name: param_key(d) for d in variant.params}
-        for moved, what in neighbours(variant, values):
-            candidate = {**params, **{by_name[n]: v for n, v in moved.items()}}
-            key = tuple(sorted(candidate.items()))
-            if key not in self._seen:
-                self._seen.add(key)
-                fresh.append(Neighbour(candidate, number, what))
-        self._queue[:0] = fresh
-        del self._queue[_QUEUE_LIMIT:]
+        fresh = [n for moved, what in neighbours(variant, values)
+                 if (n := self._unseen(number, params, variant, moved, what)) is not None]
+        self._queue_first(fresh)
         return len(fresh)
 
     def repair(self, number: int, params: Mapping[str, Any], variant: KernelContext,
@@ -161,16 +154,24 @@ class Polisher:
         found = nearest_valid(variant, values)
         if found is None:
             return False
-        moved, what = found
+        neighbour = self._unseen(number, params, variant, *found)
+        self._queue_first([neighbour] if neighbour is not None else [])
+        return neighbour is not None
+
+    def _unseen(self, number: int, params: Mapping[str, Any], variant: KernelContext,
+                moved: Mapping[str, int], what: str) -> Neighbour | None:
+        """The trial `params` with the values `moved`, unless that point was seen."""
         by_name = {d.name: param_key(d) for d in variant.params}
         candidate = {**params, **{by_name[n]: v for n, v in moved.items()}}
         key = tuple(sorted(candidate.items()))
         if key in self._seen:
-            return False
+            return None
         self._seen.add(key)
-        self._queue.insert(0, Neighbour(candidate, number, what))
+        return Neighbour(candidate, number, what)
+
+    def _queue_first(self, fresh: list[Neighbour]) -> None:
+        self._queue[:0] = fresh
         del self._queue[_QUEUE_LIMIT:]
-        return True
 
     def next(self) -> Neighbour | None:
         """The neighbour for the next trial, when polishing is due; else None (TPE)."""
