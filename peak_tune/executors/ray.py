@@ -86,6 +86,7 @@ class WorkerReply:
 class JobTimes:
     """Where one job's time went; `latency_s` is from sending it to its reply."""
 
+    worker: str
     latency_s: float
     build_s: float
     waited_s: float
@@ -128,7 +129,6 @@ class DeviceWorker:
         self.label = label
         self.build_dir = tempfile.mkdtemp(prefix="peak-tune-builds-")
         self._timing = threading.Lock()
-        self._busy_s = 0.0  # time spent validating and timing: how busy the device was
 
     def evaluate(self, job: EvalJob, shipped: BuiltVariant | None = None) -> WorkerReply:
         """Validate and time `job`: built here, or `shipped` from a CPU worker."""
@@ -148,7 +148,6 @@ class DeviceWorker:
             outcomes = [self._confirmed(built, job, values, size, cutoff)
                         for size, cutoff in zip(job.sizes, job.slow_cutoff_ms, strict=True)]
             busy = time.perf_counter() - started
-            self._busy_s += busy
         return WorkerReply(outcomes, not built.reused, self.label, build_s,
                            started - ready, busy)
 
@@ -178,9 +177,6 @@ class DeviceWorker:
 
     def ping(self) -> str:
         return self.label
-
-    def busy_seconds(self) -> float:
-        return self._busy_s
 
     def shutdown(self) -> None:
         """Stop the backend's kernel worker and remove this actor's builds."""
@@ -255,9 +251,11 @@ class RayExecutor:
         return result
 
     def busy_seconds(self) -> dict[str, float]:
-        """Seconds each device worker spent validating and timing (since it started)."""
-        found = self._ray.get([w.busy_seconds.remote() for w in self._workers], timeout=60)
-        return dict(zip(self.worker_names, found, strict=True))
+        """Seconds each device worker spent validating and timing, in the replies so far."""
+        busy = dict.fromkeys(self.worker_names, 0.0)
+        for times in list(self.job_times):
+            busy[times.worker] = busy.get(times.worker, 0.0) + times.busy_s
+        return busy
 
     def _send(self, pending: _Pending) -> None:
         """To the least busy worker that is up (waiting, if Ray is restarting them all)."""
@@ -297,8 +295,8 @@ class RayExecutor:
     def _finished(self, reply: WorkerReply, pending: _Pending) -> None:
         try:
             self.evaluations[reply.worker] = self.evaluations.get(reply.worker, 0) + 1
-            self.job_times.append(JobTimes(time.perf_counter() - pending.sent_at, reply.build_s,
-                                           reply.waited_s, reply.busy_s))
+            self.job_times.append(JobTimes(reply.worker, time.perf_counter() - pending.sent_at,
+                                           reply.build_s, reply.waited_s, reply.busy_s))
             if reply.compiled:
                 with self.pipeline.counter_lock:
                     self.pipeline.cache.counters.compiles += 1
