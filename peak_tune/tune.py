@@ -112,8 +112,10 @@ TELL_ORDERS = ("auto", "asked", "finished")
 
 def _settled(item: _Started) -> bool:
     """Nothing of the trial is still running: it can be finished without waiting."""
-    if item.prepared is None or not item.prepared.done():
-        return item.prepared is None
+    if item.prepared is None:  # decided before anything was started
+        return True
+    if not item.prepared.done():
+        return False
     return item.outcomes is None or item.outcomes.done()
 
 
