@@ -25,15 +25,11 @@ from typing import Any
 
 from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.expr import evaluate_bool
+from peak_tune.search.space import param_key
 
-__all__ = ["Neighbour", "Polisher", "nearest_valid", "neighbours", "param_key"]
+__all__ = ["Neighbour", "Polisher", "nearest_valid", "neighbours"]
 
 _QUEUE_LIMIT = 64  # neighbours waiting; the oldest (of earlier bests) are dropped first
-
-
-def param_key(domain: ParamDomain) -> str:
-    """The Optuna name of a tuning value: `<id of the step that introduced it>.<MACRO>`."""
-    return f"{domain.introduced_by or 'seed'}.{domain.name}"
 
 
 @dataclass(frozen=True)

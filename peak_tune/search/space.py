@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import optuna
 
 from peak_tune.catalog.types import Transformation
-from peak_tune.core import KernelContext
+from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.pipeline import check_sequence
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "SubsetEncoding",
     "branch_sequences",
     "branch_trial_params",
+    "param_key",
     "repair_sequence",
     "suggest_params",
 ]
@@ -169,13 +170,15 @@ class FixedEncoding:
 ENCODINGS = ("subset", "steps")
 
 
+def param_key(domain: ParamDomain) -> str:
+    """The Optuna name of a tuning value: `<id of the step that introduced it>.<MACRO>`."""
+    return f"{domain.introduced_by or 'seed'}.{domain.name}"
+
+
 def suggest_params(trial: optuna.Trial, context: KernelContext) -> dict[str, int]:
     """Values for every tuning parameter of the variant, named by who introduced it."""
-    values: dict[str, int] = {}
-    for domain in context.params:
-        name = f"{domain.introduced_by or 'seed'}.{domain.name}"
-        values[domain.name] = int(trial.suggest_categorical(name, list(domain.values)))
-    return values
+    return {domain.name: int(trial.suggest_categorical(param_key(domain), list(domain.values)))
+            for domain in context.params}
 
 
 def branch_sequences(transformations: Mapping[str, Transformation]) -> list[list[str]]:
