@@ -39,6 +39,8 @@ from peak_tune.core import ProblemSize
 
 WGMMA = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "wgmma",
          "block-swizzle")
+# warp-specialize: a producer warpgroup copies, mbarriers instead of __syncthreads
+SPECIALISED = (*WGMMA[:-1], "warp-specialize", "block-swizzle")
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
         "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1}
 POINTS = (  # overrides of BASE, timed at --size
@@ -62,6 +64,14 @@ VALIDATE_ONLY = (  # (label, sequence, overrides): odd sizes only
     ("launch-bounds", WGMMA + ("launch-bounds",), {}),
     ("small tile 64x64 2 stages", WGMMA, {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64,
                                           "NUM_STAGES": 2}),
+    ("specialised", SPECIALISED, {}),
+    ("specialised split-k", SPECIALISED + ("split-k",), {"BLOCK_N": 128, "WGMMA_N": 128}),
+    ("specialised launch-bounds", SPECIALISED + ("launch-bounds",), {}),
+    ("specialised 64x64 3 stages", SPECIALISED, {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64,
+                                                 "NUM_STAGES": 3}),
+    ("specialised 256x128 TK128", SPECIALISED, {"BLOCK_M": 256, "BLOCK_N": 128,
+                                                "WGMMA_N": 128, "TILE_K_SIZE": 128,
+                                                "NUM_STAGES": 3, "K_SPLITS": 2}),
 )
 
 
@@ -107,18 +117,25 @@ def main() -> int:
             print(f"validate {label:30} {result['status']} {result.get('message', '')[:300]}",
                   flush=True)
             save()
-        context = build(WGMMA, device)
+        contexts = {"": build(WGMMA, device), "ws ": build(SPECIALISED, device)}
         for override in POINTS:
-            params = values(context, {**BASE, **override})
-            result = runner.run(context, params, "float16", sizes["square"], checks)
-            name = ", ".join(f"{k}={v}" for k, v in override.items()) or "base"
-            out["timed"].append({"name": name, "params": params, "size": "square", **result})
-            print(f"timed {name:50} {result['status']} {result.get('gflops', 0):8.0f} "
-                  f"{result.get('resources', '')} {result.get('message', '')[:300]}", flush=True)
-            save()
+            for prefix, context in contexts.items():
+                point = {**BASE, **override}
+                if prefix and point["NUM_STAGES"] < 3:
+                    continue  # warp-specialize needs 3 stages
+                params = values(context, point)
+                result = runner.run(context, params, "float16", sizes["square"], checks)
+                name = prefix + (", ".join(f"{k}={v}" for k, v in override.items()) or "base")
+                out["timed"].append({"name": name, "params": params, "size": "square",
+                                     "sequence": list(context.applied), **result})
+                print(f"timed {name:50} {result['status']} {result.get('gflops', 0):8.0f} "
+                      f"{result.get('resources', '')} {result.get('message', '')[:300]}",
+                      flush=True)
+                save()
         good = [t for t in out["timed"] if t["status"] == "ok"]
         if good:
             best = max(good, key=lambda t: t["gflops"])
+            context = contexts["ws " if best["name"].startswith("ws ") else ""]
             for _ in range(2):  # the best again: the spread between two runs
                 result = runner.run(context, best["params"], "float16", sizes["square"], ())
                 out["timed"].append({"name": f"best again ({best['name']})",

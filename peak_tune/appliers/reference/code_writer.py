@@ -42,9 +42,11 @@ class CodeWriter:
             self.line("}")
 
     @contextmanager
-    def unrolled(self, var: str, count: str, start: str = "0") -> Iterator[None]:
-        """`#pragma unroll` + `for (int var = start; var < count; ++var) {`."""
-        self.line("#pragma unroll")
+    def unrolled(self, var: str, count: str, start: str = "0", factor: int = 0
+                 ) -> Iterator[None]:
+        """`#pragma unroll` (`#pragma unroll factor` when given) +
+        `for (int var = start; var < count; ++var) {`."""
+        self.line(f"#pragma unroll {factor}" if factor else "#pragma unroll")
         with self.block(f"for (int {var} = {start}; {var} < {count}; ++{var})"):
             yield
 

@@ -163,7 +163,8 @@ def emit_epilogue(writer: CodeWriter, plan: Plan) -> None:
             writer.line(f"if (r < M && c < N) {_store(plan).format(v='acc[i][j]')}")
 
 
-def emit_split_k_wait(writer: CodeWriter) -> None:
+def emit_split_k_wait(writer: CodeWriter, sync: str = "__syncthreads();") -> None:
+    """`sync`: the barrier of the threads that store (all of the block but a producer)."""
     writer.lines(
         "// split-k hand-over: slices of this tile write C one after another, in the order",
         "// they finished; a slice waits only for slices already running, so it cannot hang.",
@@ -177,12 +178,12 @@ def emit_split_k_wait(writer: CodeWriter) -> None:
             "__nanosleep(64);",
             "__threadfence();",
             "pt_ticket = ticket;")
-    writer.lines("__syncthreads();", "const bool first = pt_ticket == 0;")
+    writer.lines(sync, "const bool first = pt_ticket == 0;")
 
 
-def emit_split_k_release(writer: CodeWriter) -> None:
+def emit_split_k_release(writer: CodeWriter, sync: str = "__syncthreads();") -> None:
     writer.lines("__threadfence(); // this slice's C writes are visible before the next turn",
-                 "__syncthreads();")
+                 sync)
     with writer.block("if (tid == 0)"):
         with writer.block("if (pt_ticket == K_SPLITS - 1)"):
             writer.lines("atomicExch(&pt_split_ticket[tile], 0u); // last slice: reset for the "

@@ -17,6 +17,7 @@ Warpgroup g (128 threads) owns the 64 x WGMMA_N tile at (wm, wn) of the block ti
 from __future__ import annotations
 
 from .emit_compute import emit_split_k_release, emit_split_k_wait
+from .geometry import BARRIER_BYTES
 from .geometry import WGMMA_ALIGN as _ALIGN
 from .plan import Plan
 from .writer import CodeWriter
@@ -71,6 +72,39 @@ __device__ __forceinline__ void pt_wg_fence_acc(float (&d)[R]) {
 }"""
 
 
+_MBARRIER = """\
+// warp-specialize: mbarriers in shared memory hand each stage from the producer
+// warpgroup to the MMA warpgroups (tile full) and back (stage empty).
+__device__ __forceinline__ unsigned pt_smem_addr(const void *p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void pt_bar_init(unsigned long long *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: "r"(pt_smem_addr(bar)),
+                 "r"(count) : "memory");
+}
+// One arrival (release: this thread's earlier writes are visible to the waiters).
+__device__ __forceinline__ void pt_bar_arrive(unsigned long long *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\\n" :: "r"(pt_smem_addr(bar))
+                 : "memory");
+}
+// The current phase also waits for this thread's cp.async copies issued so far.
+__device__ __forceinline__ void pt_bar_track_copies(unsigned long long *bar) {
+    asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\\n"
+                 :: "r"(pt_smem_addr(bar)) : "memory");
+}
+// A barrier of the MMA warpgroups alone (named barrier 1; the producer has left).
+__device__ __forceinline__ void pt_consumers_sync() {
+    asm volatile("bar.sync 1, %0;\\n" :: "n"(PT_CONSUMERS * 128) : "memory");
+}
+// Wait until the phase of parity `parity` has completed (acquire).
+__device__ __forceinline__ void pt_bar_wait(unsigned long long *bar, unsigned parity) {
+    asm volatile("{\\n.reg .pred done;\\nPT_WAIT:\\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"
+                 "@!done bra PT_WAIT;\\n}\\n" :: "r"(pt_smem_addr(bar)), "r"(parity)
+                 : "memory");
+}"""
+
+
 def _wgmma_asm(n: int, kind: str) -> str:
     """One wgmma.mma_async m64{n}k16 statement: A K-major, B N-major (imm-trans-b 1)."""
     regs = n // 2
@@ -100,8 +134,12 @@ def _wgmma_function() -> str:
     return "\n".join(lines)
 
 
-def _copy_function(writer: CodeWriter, name: str) -> None:
-    """pt_wg_copy_a / _b: one operand tile into a swizzled stage with cp.async."""
+def _copy_function(writer: CodeWriter, name: str, plan: Plan) -> None:
+    """pt_wg_copy_a / _b: one operand tile into a swizzled stage with cp.async, shared
+    out among the block's threads, or the producer's (tid counted from 0). The producer
+    unrolls by 4 only: fully unrolled, its hoisted addresses outgrow the registers that
+    the MMA warpgroups' launch bounds leave it (ptxas spills)."""
+    copiers = "PT_LOADERS" if plan.producer else "PT_THREADS"
     if name == "a":
         rows, chunks = "BLOCK_M", "(PT_TK / 8)"
         where = "int row_hi, int col_hi"
@@ -117,9 +155,10 @@ def _copy_function(writer: CodeWriter, name: str) -> None:
             f"{where}, int tid, bool vec)")
     units = f"{rows} * {chunks}"
     with writer.block(head):
-        with writer.unrolled("it", f"PT_CEIL_DIV({units}, PT_THREADS)"):
-            writer.line("const int u = tid + it * PT_THREADS;")
-            with writer.block(f"if (({units}) % PT_THREADS == 0 || u < {units})"):
+        with writer.unrolled("it", f"PT_CEIL_DIV({units}, {copiers})",
+                             factor=4 if plan.producer else 0):
+            writer.line(f"const int u = tid + it * {copiers};")
+            with writer.block(f"if (({units}) % {copiers} == 0 || u < {units})"):
                 writer.lines(
                     f"const int r = u / {chunks}, ch = u % {chunks};",
                     "const int row = row0 + r, col = col0 + ch * 8;",
@@ -142,9 +181,11 @@ def emit_wgmma_helpers(writer: CodeWriter, plan: Plan) -> None:
     """Macros, PTX wrappers and the two tile copies (after the CP_ASYNC and MMA snippets)."""
     writer.raw(_PREAMBLE)
     writer.raw(_wgmma_function())
+    if plan.producer:
+        writer.raw(_MBARRIER)
     writer.lines("#define PT_ZERO DTYPE(0.0f)", "")
-    _copy_function(writer, "a")
-    _copy_function(writer, "b")
+    _copy_function(writer, "a", plan)
+    _copy_function(writer, "b", plan)
 
 
 def _copies(writer: CodeWriter, stage: str, k0: str) -> None:
@@ -153,7 +194,8 @@ def _copies(writer: CodeWriter, stage: str, k0: str) -> None:
                  "vec);")
 
 
-def _shared_memory(writer: CodeWriter) -> None:
+def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
+    extra = f" + {BARRIER_BYTES} * PT_STAGES" if plan.producer else ""
     writer.lines(
         f"// Dynamic shared memory, launched {_ALIGN} bytes larger so that the stages can",
         f"// start on a {_ALIGN}-byte boundary (the 128-byte swizzle repeats every {_ALIGN}).",
@@ -163,7 +205,7 @@ def _shared_memory(writer: CodeWriter) -> None:
         f"({_ALIGN} - pt_base % {_ALIGN}) % {_ALIGN});",
         "unsigned pt_dynamic;",
         'asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(pt_dynamic));',
-        f"if (pt_dynamic < PT_SMEM_ELEMS * sizeof(DTYPE) + {_ALIGN}) __trap(); "
+        f"if (pt_dynamic < PT_SMEM_ELEMS * sizeof(DTYPE) + {_ALIGN}{extra}) __trap(); "
         "// launched too small",
         "#define PT_STAGE(s) (pt_smem + (s) * (PT_A_TILE + PT_B_TILE))",
         "// 16-byte chunks of A and B rows are 16-byte aligned:",
@@ -184,19 +226,9 @@ def _k_loop(writer: CodeWriter) -> None:
             "pt_cp_wait<PT_STAGES - 2>(); // this thread's part of tile t has landed",
             "pt_fence_async_smem(); // ... and is visible to the tensor cores",
             "__syncthreads(); // every thread's part",
-            "const DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;",
-            "pt_wg_fence_acc(acc);",
-            "pt_wg_arrive();")
-        writer.line("#pragma unroll")
-        with writer.block("for (int kk = 0; kk < PT_TK; kk += 16)"):
-            writer.lines(
-                "const unsigned long long da = pt_wg_desc(as + kk / 64 * (BLOCK_M * 64) "
-                "+ wm * 64 + kk % 64, 16, 1024);",
-                "const unsigned long long db = pt_wg_desc(bs + wn / 64 * (PT_TK * 64) "
-                "+ kk * 64, PT_TK * 128, 1024);",
-                "pt_wgmma<WGMMA_N>(acc, da, db);")
+            "const DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
+        _mma_tile(writer)
         writer.lines(
-            "pt_wg_commit();",
             "pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
             "pt_wg_fence_acc(acc);",
             "__syncthreads(); // ... in every warpgroup: stage (t - 1) % PT_STAGES is free",
@@ -239,17 +271,100 @@ def _store_pair(writer: CodeWriter) -> None:
             writer.line("if (c + q < N) C[(size_t)r * N + c + q] = (DTYPE)acc[4 * j + 2 * h + q];")
 
 
+def _mma_tile(writer: CodeWriter) -> None:
+    """The warpgroup's MMAs over the K tile at (as, bs), committed as one group."""
+    writer.lines("pt_wg_fence_acc(acc);", "pt_wg_arrive();")
+    writer.line("#pragma unroll")
+    with writer.block("for (int kk = 0; kk < PT_TK; kk += 16)"):
+        writer.lines(
+            "const unsigned long long da = pt_wg_desc(as + kk / 64 * (BLOCK_M * 64) "
+            "+ wm * 64 + kk % 64, 16, 1024);",
+            "const unsigned long long db = pt_wg_desc(bs + wn / 64 * (PT_TK * 64) "
+            "+ kk * 64, PT_TK * 128, 1024);",
+            "pt_wgmma<WGMMA_N>(acc, da, db);")
+    writer.line("pt_wg_commit();")
+
+
+def _barriers(writer: CodeWriter) -> None:
+    writer.lines(
+        "// after the stages: full[s] completes when tile data has landed in stage s (the",
+        "// producer's 128 arrivals and their cp.async copies), empty[s] when the MMAs that",
+        "// read it are done (one arrival per MMA warp)",
+        "unsigned long long *const pt_full = reinterpret_cast<unsigned long long *>("
+        "pt_smem + PT_SMEM_ELEMS);",
+        "unsigned long long *const pt_empty = pt_full + PT_STAGES;")
+    with writer.block("if (tid == 0)"):
+        with writer.unrolled("s", "PT_STAGES"):
+            writer.lines("pt_bar_init(&pt_full[s], PT_LOADERS);",
+                         "pt_bar_init(&pt_empty[s], 4 * PT_CONSUMERS);")
+    writer.line("__syncthreads(); // the barriers are initialised for every warp")
+
+
+def _producer_loop(writer: CodeWriter) -> None:
+    writer.line("// the producer: tile t into stage t % PT_STAGES once its MMAs of tile "
+                "t - PT_STAGES are done")
+    with writer.block("for (int t = 0; t < tiles; ++t)"):
+        writer.line("const int s = t % PT_STAGES;")
+        writer.line("if (t >= PT_STAGES) pt_bar_wait(&pt_empty[s], (t / PT_STAGES + 1) & 1);")
+        writer.lines(
+            "pt_wg_copy_a(PT_STAGE(s), A, K, bm, k_lo + t * PT_TK, M, k_hi, wl, vec);",
+            "pt_wg_copy_b(PT_STAGE(s) + PT_A_TILE, B, N, k_lo + t * PT_TK, bn, k_hi, N, wl, "
+            "vec);",
+            "pt_bar_track_copies(&pt_full[s]); // the phase waits for the cp.async copies",
+            "pt_bar_arrive(&pt_full[s]); // ... and counts this thread's plain stores")
+
+
+def _consumer_loop(writer: CodeWriter) -> None:
+    writer.line("// the MMA warpgroups: each tile once it is full; the stage before it is "
+                "released")
+    writer.line("// once its MMAs are done (one group stays in flight)")
+    with writer.block("for (int t = 0; t < tiles; ++t)"):
+        writer.lines(
+            "pt_bar_wait(&pt_full[t % PT_STAGES], (t / PT_STAGES) & 1);",
+            "pt_fence_async_smem(); // the landed tile is visible to the tensor cores",
+            "const DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
+        _mma_tile(writer)
+        writer.lines("pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
+                     "pt_wg_fence_acc(acc);",
+                     "if (t > 0 && wl % 32 == 0) pt_bar_arrive(&pt_empty[(t - 1) % PT_STAGES]);")
+    writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
+
+
+def _specialised(writer: CodeWriter, plan: Plan) -> None:
+    """warp-specialize: the last warpgroup copies, the others compute and store."""
+    _barriers(writer)
+    writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
+    with writer.block("if (wg == PT_CONSUMERS)"):
+        _producer_loop(writer)
+        writer.lines("pt_cp_wait<0>(); // the copies land before the producer leaves",
+                     "return;")
+    _accumulators(writer)  # only the MMA warpgroups hold them
+    _consumer_loop(writer)
+    if plan.split_k:  # among the MMA warpgroups: the producer has left
+        emit_split_k_wait(writer, "pt_consumers_sync();")
+    _epilogue(writer, plan)
+    if plan.split_k:
+        emit_split_k_release(writer, "pt_consumers_sync();")
+
+
+def _accumulators(writer: CodeWriter) -> None:
+    writer.line("float acc[WGMMA_N / 2];")
+    with writer.unrolled("i", "WGMMA_N / 2"):
+        writer.line("acc[i] = 0.f;")
+
+
 def emit_wgmma_kernel(writer: CodeWriter, plan: Plan) -> None:
     """The kernel body after the block position and the K range (bm, bn, k_lo, k_hi);
     the split-K hand-over, when planned, wraps the epilogue (split_k_wait/release)."""
     writer.lines(
         "const int tid = threadIdx.x;",
         "const int wg = tid / 128, wl = tid % 128; // warpgroup, thread in it",
-        "const int wm = wg / PT_WG_COLS * 64, wn = wg % PT_WG_COLS * WGMMA_N; // its tile",
-        "float acc[WGMMA_N / 2];")
-    with writer.unrolled("i", "WGMMA_N / 2"):
-        writer.line("acc[i] = 0.f;")
-    _shared_memory(writer)
+        "const int wm = wg / PT_WG_COLS * 64, wn = wg % PT_WG_COLS * WGMMA_N; // its tile")
+    _shared_memory(writer, plan)
+    if plan.producer:
+        _specialised(writer, plan)
+        return
+    _accumulators(writer)
     _k_loop(writer)
     if plan.split_k:
         emit_split_k_wait(writer)

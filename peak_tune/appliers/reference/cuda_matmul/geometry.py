@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .plan import Plan
 
-__all__ = ["STATIC_SHARED_LIMIT", "WGMMA_ALIGN", "derived_macros", "launch_of", "macros_used",
+__all__ = ["BARRIER_BYTES", "STATIC_SHARED_LIMIT", "WGMMA_ALIGN", "derived_macros", "launch_of", "macros_used",
            "smem_unit", "threads_expression"]
 
 # Tiles up to this many bytes are static shared memory: 48 KiB, the most a block may
@@ -23,6 +23,8 @@ STATIC_SHARED_LIMIT = 49152 - 64
 # The wgmma kernel's stages start on this boundary (the 128-byte swizzle's period): its
 # dynamic shared memory is launched this much larger.
 WGMMA_ALIGN = 1024
+# warp-specialize: two 8-byte mbarriers per stage (tile full, stage empty) after the stages
+BARRIER_BYTES = 16
 
 
 def macros_used(plan: Plan) -> tuple[str, ...]:
@@ -66,7 +68,12 @@ def derived_macros(plan: Plan) -> list[str]:
     """#define lines for the PT_* quantities the kernel is written in."""
     lines = ["#define PT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))",
              "#define PT_ROUND8(x) (PT_CEIL_DIV(x, 8) * 8)"]
-    if plan.wgmma:
+    if plan.producer:
+        lines += ["#define PT_CONSUMERS ((BLOCK_M / 64) * (BLOCK_N / WGMMA_N)) "
+                  "/* warpgroups of 64 x WGMMA_N that compute */",
+                  "#define PT_THREADS (128 * (PT_CONSUMERS + 1)) /* ... and one that copies */",
+                  "#define PT_LOADERS 128 /* threads that copy the tiles */"]
+    elif plan.wgmma:
         lines += ["#define PT_THREADS (128 * (BLOCK_M / 64) * (BLOCK_N / WGMMA_N)) "
                   "/* wgmma: warpgroups of 64 x WGMMA_N */"]
     elif plan.mma:
@@ -108,6 +115,8 @@ def derived_macros(plan: Plan) -> list[str]:
 
 def threads_expression(plan: Plan) -> str:
     """Threads per block as a launch/constraint expression."""
+    if plan.producer:
+        return "128 * ((BLOCK_M // 64) * (BLOCK_N // WGMMA_N) + 1)"
     if plan.wgmma:
         return "128 * (BLOCK_M // 64) * (BLOCK_N // WGMMA_N)"
     if plan.mma:
@@ -147,7 +156,8 @@ def launch_of(plan: Plan) -> dict[str, str]:
         launch["block_x"] = _block_x(plan)
         launch["block_y"] = _block_y(plan)
     if plan.wgmma:  # always dynamic, WGMMA_ALIGN more to align the stages
-        launch["shared_bytes"] = f"{_smem_elements(plan)} * 2 + {WGMMA_ALIGN}"
+        barriers = f" + {BARRIER_BYTES} * NUM_STAGES" if plan.producer else ""
+        launch["shared_bytes"] = f"{_smem_elements(plan)} * 2 + {WGMMA_ALIGN}{barriers}"
     elif plan.shared:
         size = f"{_smem_elements(plan)} * {smem_unit(plan)}"
         launch["shared_bytes"] = f"({size} > {STATIC_SHARED_LIMIT}) * {size}"

@@ -12,7 +12,8 @@ changes one part of it. The plan records, part by part, what the code looks like
   contiguously or strided, fragments cached in registers, lanes arranged per warp) or
   tensor cores (mma.sync m16n8k16, one or TENSOR_TILE_M x TENSOR_TILE_N tiles per warp,
   fragments read per element or with ldmatrix), or Hopper warpgroup MMAs (wgmma
-  m64nNk16 from 128-byte-swizzled shared tiles through matrix descriptors);
+  m64nNk16 from 128-byte-swizzled shared tiles through matrix descriptors), the tiles
+  copied by all threads between barriers or by one producer warpgroup (`producer`);
 - epilogue: plain stores, or the split-K hand-over between slices;
 - entry: with or without __launch_bounds__.
 
@@ -57,6 +58,7 @@ class Plan:
     ldmatrix: bool = False  # ldmatrix: MMA fragments loaded with ldmatrix
     launch_bounds: bool = False  # launch-bounds: __launch_bounds__(threads, MIN_BLOCKS_PER_SM)
     wgmma: bool = False  # wgmma: warpgroups compute with wgmma.mma_async m64nNk16 (sm_90a)
+    producer: bool = False  # warp-specialize: one warpgroup copies, mbarriers hand tiles over
 
     def but(self, **changes: bool) -> Plan:
         return replace(self, **changes)
@@ -67,7 +69,7 @@ NAIVE = Plan(tiled=False)
 _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
-_LATER = ("wgmma",)
+_LATER = ("wgmma", "producer")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -109,6 +111,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("wgmma", "stages"),
     ("wgmma", "vector_a"),
     ("wgmma", "vector_b"),
+    ("producer", "wgmma"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),

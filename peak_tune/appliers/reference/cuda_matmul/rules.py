@@ -203,12 +203,27 @@ def wgmma(plan: Plan, device: DeviceProfile) -> Change:
         raise InvalidPoint(f"wgmma needs an sm_90a target (Hopper with arch = \"sm_90a\" in "
                            f"its profile); device {device.name!r} builds for {arch or '?'}")
     child = plan.but(wgmma=True)
+    ties = ("BLOCK_M % 64 == 0", "BLOCK_N % WGMMA_N == 0", "TILE_K_SIZE % 64 == 0",
+            _threads_limit(child, device), _wgmma_registers(child, device))
+    return Change(child, ties)
+
+
+def _wgmma_registers(plan: Plan, device: DeviceProfile) -> str:
     # each thread holds WGMMA_N / 2 accumulators (plus ~32 registers of addressing) for the
     # whole instruction: ptxas refuses a block whose threads cannot all get that many
-    registers = (f"{threads_expression(child)} * (WGMMA_N // 2 + 32) <= "
-                 f"{_fact(device, 'registers_per_sm', 65536)}")
-    ties = ("BLOCK_M % 64 == 0", "BLOCK_N % WGMMA_N == 0", "TILE_K_SIZE % 64 == 0",
-            _threads_limit(child, device), registers)
+    return (f"{threads_expression(plan)} * (WGMMA_N // 2 + 32) <= "
+            f"{_fact(device, 'registers_per_sm', 65536)}")
+
+
+def warp_specialize(plan: Plan, device: DeviceProfile) -> Change:
+    """One more warpgroup that only copies; the wgmma warpgroups only compute."""
+    if not plan.wgmma:
+        raise InvalidPoint("warp-specialize needs the warpgroup kernel of wgmma")
+    _once(plan.producer, "warp-specialize: a producer warpgroup already copies the tiles")
+    child = plan.but(producer=True)
+    # the producer runs NUM_STAGES - 1 tiles ahead of the MMAs, which hold one stage
+    # until the next tile's MMAs are issued: fewer than 3 stages would serialise them
+    ties = ("NUM_STAGES >= 3", _threads_limit(child, device), _wgmma_registers(child, device))
     return Change(child, ties)
 
 
@@ -237,4 +252,5 @@ RULES: Mapping[str, Rule] = {
     "launch-bounds": launch_bounds,
     "ldmatrix": ldmatrix,
     "wgmma": wgmma,
+    "warp-specialize": warp_specialize,
 }
