@@ -58,6 +58,7 @@ POINTS = (  # overrides of BASE, timed at --size
     {"BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 64, "NUM_STAGES": 4},
     {"WGMMA_N": 128, "NUM_STAGES": 3},
     {"BLOCK_M": 256, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 4},
+    {"BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6},
 )
 VALIDATE_ONLY = (  # (label, sequence, overrides): odd sizes only
     ("split-k", WGMMA + ("split-k",), {"BLOCK_N": 128, "WGMMA_N": 128}),

@@ -137,3 +137,70 @@ def test_wgmma_builds_for_bf16_and_refuses_fp32_and_sm_90(cuda_catalog, cuda_see
     with pytest.raises(CompileError) as caught:
         CudaBackend(h200).compile(context, POINT, "float32", str(tmp_path))
     assert "tensor-core needs DTYPE __half or __nv_bfloat16" in caught.value.detail
+
+
+SPECIALISED = (*PREFIX, "wgmma", "warp-specialize", "block-swizzle")
+
+
+def test_warp_specialize_needs_wgmma(cuda_catalog, cuda_seed, h200):
+    assert cuda_catalog["warp-specialize"].requires == ("wgmma",)
+    loose = {tid: dataclasses.replace(t, requires=(), conflicts=())
+             for tid, t in cuda_catalog.items()}
+    with pytest.raises(InvalidPoint, match="needs the warpgroup kernel of wgmma"):
+        build(cuda_seed, (*PREFIX, "warp-specialize"), loose, h200)
+    context = build(cuda_seed, SPECIALISED, cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="already applied"):
+        apply_transformation(context, loose["warp-specialize"], h200)
+
+
+def test_warp_specialize_hands_tiles_over_with_mbarriers(cuda_catalog, cuda_seed, h200):
+    source = build(cuda_seed, SPECIALISED, cuda_catalog, h200).source
+    for ptx in ("mbarrier.init.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64",
+                "cp.async.mbarrier.arrive.shared::cta.b64", "mbarrier.arrive.shared::cta.b64"):
+        assert ptx in source, ptx
+    kernel = source.split('extern "C"')[1]
+    # one __syncthreads (after the barriers are initialised), none in the K loops
+    assert kernel.count("__syncthreads()") == 1
+    assert "pt_cp_wait<PT_STAGES - 2>" not in kernel
+    producer, consumers = kernel.split("if (wg == PT_CONSUMERS)")[1].split("return;")
+    assert "pt_wg_copy_a" in producer and "pt_wgmma" not in producer
+    assert "pt_wgmma" in consumers and "pt_wg_copy_a" not in consumers
+
+
+def test_warp_specialize_geometry_and_constraints(cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, SPECIALISED, cuda_catalog, h200)
+    point = {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4}
+    assert all(evaluate_bool(c, point) for c in context.constraints)
+    shape = evaluate_launch(context.launch, {**point, "M": 4096, "N": 4096, "K": 4096})
+    assert shape.block == (384, 1, 1)  # two MMA warpgroups and the producer
+    assert shape.shared_bytes == 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 16 * 4
+    for broken in ({"NUM_STAGES": 2},
+                   {"BLOCK_M": 256, "BLOCK_N": 256, "WGMMA_N": 64},  # 17 warpgroups
+                   {"BLOCK_M": 256, "BLOCK_N": 256, "WGMMA_N": 256}):  # registers
+        assert not all(evaluate_bool(c, {**point, **broken}) for c in context.constraints), \
+            broken
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("point", [
+    {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4},
+    {**POINT, "NUM_STAGES": 3},
+    {**POINT, "BLOCK_M": 128, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6},
+], ids=lambda p: f"{p['BLOCK_M']}x{p['BLOCK_N']}n{p['WGMMA_N']}s{p['NUM_STAGES']}")
+def test_warp_specialize_builds_without_local_memory(
+    point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    context = build(cuda_seed, SPECIALISED, cuda_catalog, h200)
+    artifact = CudaBackend(h200).compile(context, point, "float16", str(tmp_path))
+    assert artifact.resources["stack_bytes"] == 0, artifact.resources
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("extra", ["split-k", "launch-bounds"])
+def test_warp_specialize_builds_with_split_k_and_launch_bounds(
+    extra, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    context = build(cuda_seed, (*SPECIALISED, extra), cuda_catalog, h200)
+    point = {**POINT, "K_SPLITS": 4, "MIN_BLOCKS_PER_SM": 1}
+    values = {p.name: point[p.name] for p in context.params}
+    assert CudaBackend(h200).compile(context, values, "float16", str(tmp_path)).resources

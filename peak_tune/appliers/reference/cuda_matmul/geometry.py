@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from .plan import Plan
 
-__all__ = ["BARRIER_BYTES", "STATIC_SHARED_LIMIT", "WGMMA_ALIGN", "derived_macros", "launch_of", "macros_used",
-           "smem_unit", "threads_expression"]
+__all__ = ["BARRIER_BYTES", "STATIC_SHARED_LIMIT", "WGMMA_ALIGN", "derived_macros", "launch_of",
+           "macros_used", "smem_unit", "threads_expression"]
 
 # Tiles up to this many bytes are static shared memory: 48 KiB, the most a block may
 # declare statically, less 64 bytes kept for the kernel's other __shared__ variables.
