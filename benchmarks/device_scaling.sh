@@ -7,6 +7,8 @@
 #     colorlog mako greenlet jsonschema jsonschema-specifications referencing rpds-py \
 #     rich markdown-it-py mdurl pygments threadpoolctl cmaes PyYAML typing-extensions
 # (see ../shared/PERF.md). The LLM half of scaling.py needs no GPU: it runs on the CPU.
+# REPEATS (default 5) sets the timed runs per evaluation: more makes the GPUs, not the
+# driver, the limit. Each size's full log is kept in $OUT.
 set -uo pipefail
 trials=${1:-600} sizes=${2:-"4096 8192"} seconds=${3:-90}
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
@@ -20,8 +22,9 @@ fi
 for size in $sizes; do  # each worker count is time-boxed and written to $OUT when done
   # a hard stop too: in-flight jobs drain after the box, and a call must not run out
   timeout $((3 * seconds + 60)) python3 benchmarks/scaling.py --seconds "$seconds" --backend cuda --device h200 \
-    --size "$size" --trials "$trials" --repeats 5 --workers 1,2 --skip-llm \
-    --out "$OUT/scaling-$size.json" 2>&1 | grep -v "^\[I " | tail -6
+    --size "$size" --trials "$trials" --repeats "${REPEATS:-5}" --workers 1,2 --skip-llm \
+    --out "$OUT/scaling-$size.json" > "$OUT/scaling-$size.log" 2>&1
+  grep -v "^\[I " "$OUT/scaling-$size.log" | grep -v "logging.cc" | tail -8
 done
 # What is left of the call: the fp16 search on one GPU (FP16_SECONDS=0 skips it).
 left=$((540 - SECONDS - 60))
