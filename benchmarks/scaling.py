@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -38,6 +39,10 @@ _FENCED = re.compile(r"```[a-z+]*\n(.*?)```", re.S)
 
 class _BoxOver(Exception):
     """The time box of one worker count is over."""
+
+
+def _box_over(signum: int, frame: Any) -> None:
+    raise _BoxOver
 
 
 def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
@@ -62,10 +67,16 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
                     raise _BoxOver  # what is still in flight is not waited for
                 records.append(record)
 
+            # the box also ends while no trial finishes (slow kernels at large sizes): an
+            # alarm interrupts the wait, and the trials in flight are failed as stopped
+            signal.signal(signal.SIGALRM, _box_over)
+            signal.setitimer(signal.ITIMER_REAL, args.seconds + 1.0)
             try:
                 session.run(args.trials, finished, lambda: time.perf_counter() > deadline)
             except _BoxOver:
                 pass
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
             seconds = min(time.perf_counter(), deadline) - started
             evaluations = dict(getattr(session.executor, "evaluations", {}))
             busy = session.executor.busy_seconds()  # type: ignore[attr-defined]  # Ray's
