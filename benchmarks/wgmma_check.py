@@ -43,22 +43,22 @@ WGMMA = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "
 SPECIALISED = (*WGMMA[:-1], "warp-specialize", "block-swizzle")
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
         "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1}
-POINTS = (  # overrides of BASE, timed at --size
+POINTS = (  # overrides of BASE, timed at --size; --points N times the first N
     {},
     {"NUM_STAGES": 3},
-    {"WGMMA_N": 128},
-    {"BLOCK_N": 128, "WGMMA_N": 128},
-    {"BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 3},
     {"BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 3},
+    {"BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 4},
+    {"BLOCK_N": 128, "WGMMA_N": 128},
+    {"BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6},
+    {"WGMMA_N": 128},
+    {"BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 3},
     {"BLOCK_M": 64, "BLOCK_N": 256, "NUM_STAGES": 4},
     {"BLOCK_N": 128, "WGMMA_N": 64, "NUM_STAGES": 4},
     {"SWIZZLE_GROUP": 16},
-    {"BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 4},
     {"BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 2},
     {"BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 64, "NUM_STAGES": 4},
     {"WGMMA_N": 128, "NUM_STAGES": 3},
     {"BLOCK_M": 256, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 4},
-    {"BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6},
 )
 VALIDATE_ONLY = (  # (label, sequence, overrides): odd sizes only
     ("split-k", WGMMA + ("split-k",), {"BLOCK_N": 128, "WGMMA_N": 128}),
@@ -81,6 +81,8 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--odd", type=int, default=4093)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--points", type=int, default=len(POINTS),
+                        help="time only the first N points")
     args = parser.parse_args()
     device = this_gpu_profile()
     spec = load_spec(ROOT / "seeds" / "matmul")
@@ -119,12 +121,13 @@ def main() -> int:
                   flush=True)
             save()
         contexts = {"": build(WGMMA, device), "ws ": build(SPECIALISED, device)}
-        for override in POINTS:
+        for override in POINTS[:args.points]:
             for prefix, context in contexts.items():
-                point = {**BASE, **override}
-                if prefix and point["NUM_STAGES"] < 3:
-                    continue  # warp-specialize needs 3 stages
-                params = values(context, point)
+                try:
+                    params = values(context, {**BASE, **override})
+                except ValueError as exc:  # e.g. warp-specialize's threads or stages
+                    print(f"skipped {prefix}{override}: {exc}", flush=True)
+                    continue
                 result = runner.run(context, params, "float16", sizes["square"], checks)
                 name = prefix + (", ".join(f"{k}={v}" for k, v in override.items()) or "base")
                 out["timed"].append({"name": name, "params": params, "size": "square",

@@ -87,10 +87,15 @@ __device__ __forceinline__ void pt_bar_arrive(unsigned long long *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\\n" :: "r"(pt_smem_addr(bar))
                  : "memory");
 }
-// The current phase also waits for this thread's cp.async copies issued so far.
-__device__ __forceinline__ void pt_bar_track_copies(unsigned long long *bar) {
-    asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\\n"
+// One arrival, made by the hardware once this thread's cp.async copies issued so far
+// have landed; the thread goes on at once. (A plain arrive would be a release: it
+// would wait for those copies here, and the producer would fetch one tile at a time.)
+__device__ __forceinline__ void pt_bar_arrive_on_copies(unsigned long long *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\\n"
                  :: "r"(pt_smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void pt_cp_wait_all() {
+    asm volatile("cp.async.wait_all;\\n" ::: "memory");
 }
 // A barrier of the MMA warpgroups alone (named barrier 1; the producer has left).
 __device__ __forceinline__ void pt_consumers_sync() {
@@ -150,11 +155,16 @@ def _copy_function(writer: CodeWriter, name: str, plan: Plan) -> None:
         comment = "B tile (PT_TK x BLOCK_N at (k0, bn)): rows < k_hi, columns < N"
     writer.line(f"// The {comment}; zeros outside. 16-byte cp.async where a")
     writer.line("// chunk lies wholly inside (and vec) or wholly outside; elements otherwise.")
-    head = (f"__device__ __forceinline__ void pt_wg_copy_{name}(DTYPE *__restrict__ s, "
+    if plan.producer:
+        writer.line("// True when some chunk was stored plainly (not by cp.async).")
+    kind = "bool" if plan.producer else "void"
+    head = (f"__device__ __forceinline__ {kind} pt_wg_copy_{name}(DTYPE *__restrict__ s, "
             "const DTYPE *__restrict__ g, int ld, int row0, int col0, "
             f"{where}, int tid, bool vec)")
     units = f"{rows} * {chunks}"
     with writer.block(head):
+        if plan.producer:
+            writer.line("bool plain = false;")
         with writer.unrolled("it", f"PT_CEIL_DIV({units}, {copiers})",
                              factor=4 if plan.producer else 0):
             writer.line(f"const int u = tid + it * {copiers};")
@@ -174,6 +184,10 @@ def _copy_function(writer: CodeWriter, name: str, plan: Plan) -> None:
                                  "t[q] = row_in && col + q < col_hi ? g[off + q] : PT_ZERO;",
                                  "uint4 v;", "memcpy(&v, t, 16);",
                                  "*reinterpret_cast<uint4 *>(dst) = v;")
+                    if plan.producer:
+                        writer.line("plain = true;")
+        if plan.producer:
+            writer.line("return plain;")
     writer.line("")
 
 
@@ -287,9 +301,9 @@ def _mma_tile(writer: CodeWriter) -> None:
 
 def _barriers(writer: CodeWriter) -> None:
     writer.lines(
-        "// after the stages: full[s] completes when tile data has landed in stage s (the",
-        "// producer's 128 arrivals and their cp.async copies), empty[s] when the MMAs that",
-        "// read it are done (one arrival per MMA warp)",
+        "// after the stages: full[s] completes when a tile has landed in stage s (one",
+        "// arrival per producer thread), empty[s] when the MMAs that read it are done",
+        "// (one arrival per MMA warp)",
         "unsigned long long *const pt_full = reinterpret_cast<unsigned long long *>("
         "pt_smem + PT_SMEM_ELEMS);",
         "unsigned long long *const pt_empty = pt_full + PT_STAGES;")
@@ -307,11 +321,15 @@ def _producer_loop(writer: CodeWriter) -> None:
         writer.line("const int s = t % PT_STAGES;")
         writer.line("if (t >= PT_STAGES) pt_bar_wait(&pt_empty[s], (t / PT_STAGES + 1) & 1);")
         writer.lines(
-            "pt_wg_copy_a(PT_STAGE(s), A, K, bm, k_lo + t * PT_TK, M, k_hi, wl, vec);",
-            "pt_wg_copy_b(PT_STAGE(s) + PT_A_TILE, B, N, k_lo + t * PT_TK, bn, k_hi, N, wl, "
-            "vec);",
-            "pt_bar_track_copies(&pt_full[s]); // the phase waits for the cp.async copies",
-            "pt_bar_arrive(&pt_full[s]); // ... and counts this thread's plain stores")
+            "const bool plain = pt_wg_copy_a(PT_STAGE(s), A, K, bm, k_lo + t * PT_TK, M, "
+            "k_hi, wl, vec)",
+            "    | pt_wg_copy_b(PT_STAGE(s) + PT_A_TILE, B, N, k_lo + t * PT_TK, bn, k_hi, "
+            "N, wl, vec);",
+            "if (!plain) pt_bar_arrive_on_copies(&pt_full[s]); // arrives when they land")
+        with writer.block("else"):
+            writer.lines("// edges, unaligned rows: plain stores too; wait for every copy and "
+                         "arrive", "pt_cp_wait_all();", "pt_fence_async_smem();",
+                         "pt_bar_arrive(&pt_full[s]);")
 
 
 def _consumer_loop(writer: CodeWriter) -> None:
@@ -336,7 +354,7 @@ def _specialised(writer: CodeWriter, plan: Plan) -> None:
     writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
     with writer.block("if (wg == PT_CONSUMERS)"):
         _producer_loop(writer)
-        writer.lines("pt_cp_wait<0>(); // the copies land before the producer leaves",
+        writer.lines("pt_cp_wait_all(); // the copies land before the producer leaves",
                      "return;")
     _accumulators(writer)  # only the MMA warpgroups hold them
     _consumer_loop(writer)
