@@ -1,11 +1,14 @@
 """Evaluation in this process: builds on a thread pool, timings on one timer thread.
 
 NVRTC and gcc release the GIL, so threads build in parallel. The one timer thread is
-what keeps two kernels from ever being timed at once on the device.
+what keeps two kernels from ever being timed at once on the device. A job reaches the
+timer when its build is done, not in the order submitted: one slow build (a large
+unrolled kernel) must not leave the device idle while builds behind it are ready.
 """
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from peak_tune.backends.base import Artifact
@@ -25,6 +28,8 @@ class LocalExecutor:
         self._builds = (ThreadPoolExecutor(build_workers, thread_name_prefix="build")
                         if build_workers > 1 else None)
         self._timer = ThreadPoolExecutor(1, thread_name_prefix="timer")
+        self._lock = threading.Lock()
+        self._closed = False
 
     @property
     def slots(self) -> int:
@@ -34,18 +39,41 @@ class LocalExecutor:
 
     def submit(self, job: EvalJob) -> Future[list[Outcome]]:
         """With one build worker (the C backend) the build runs on the timer thread, so
-        it never overlaps a timing even when several trials are in flight (LLM applier)."""
-        build: Future[Artifact] | None = None
+        it never overlaps a timing even when several trials are in flight (LLM applier).
+        The returned future may be cancelled until its timing starts."""
+        result: Future[list[Outcome]] = Future()
         if self._builds is not None and any(
                 self.pipeline.must_run(job.context, job.params, size) for size in job.sizes):
             build = self._builds.submit(self.pipeline.compile, job.context, job.params)
-        return self._timer.submit(self._evaluate, job, build)
+            build.add_done_callback(lambda built: self._to_timer(job, built, result))
+        else:
+            self._to_timer(job, None, result)
+        return result
 
-    def _evaluate(self, job: EvalJob, build: Future[Artifact] | None) -> list[Outcome]:
-        return [self.pipeline.evaluate(job.context, job.params, size, cutoff, artifact=build)
-                for size, cutoff in zip(job.sizes, job.slow_cutoff_ms, strict=True)]
+    def _to_timer(self, job: EvalJob, build: Future[Artifact] | None,
+                  result: Future[list[Outcome]]) -> None:
+        with self._lock:  # not after close() has shut the timer down
+            if not self._closed and not (build is not None and build.cancelled()):
+                self._timer.submit(self._run, job, build, result)
+                return
+        result.cancel()
+
+    def _run(self, job: EvalJob, build: Future[Artifact] | None,
+             result: Future[list[Outcome]]) -> None:
+        if not result.set_running_or_notify_cancel():
+            return  # the trial was stopped while it waited
+        try:
+            outcomes = [self.pipeline.evaluate(job.context, job.params, size, cutoff,
+                                               artifact=build)
+                        for size, cutoff in zip(job.sizes, job.slow_cutoff_ms, strict=True)]
+        except BaseException as exc:
+            result.set_exception(exc)
+        else:
+            result.set_result(outcomes)
 
     def close(self) -> None:
-        self._timer.shutdown(wait=True, cancel_futures=True)
-        if self._builds is not None:
+        if self._builds is not None:  # builds still running hand their jobs over first
             self._builds.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+        self._timer.shutdown(wait=True, cancel_futures=True)
