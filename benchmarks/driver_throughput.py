@@ -4,7 +4,10 @@ Runs the real trial loop (`TuneSession.run`: ask, sequence, reference applier, v
 executor, tell, study storage) over the CUDA catalog with a backend whose evaluation is
 instant, so the figure is the ceiling the driver puts on a study, whatever its GPUs do.
 Builds are skipped unless `--compile` (then NVRTC builds for the device's architecture
-on the executor's threads, as in a real run). Compares, in one run, Optuna's TPE as
+on the executor's threads, as in a real run). `--build-s` and `--device-s` turn it into
+a model of a real study on one GPU: builds sleep about that long (spread 0.25x-4x per
+variant), timings hold the one timer thread that long, and the figure is what the loop
+and the local executor make of those times. Compares, in one run, Optuna's TPE as
 configured before (`plain`: every trial, every group) with the sampler peak-tune uses
 (`focused`: peak_tune.search.focus).
 
@@ -46,7 +49,8 @@ def one_run(args: argparse.Namespace, label: str,
         config = tune.TuneConfig(backend="cuda", device=args.device, dtype=args.dtype,
                                  sizes=({"M": args.size, "N": args.size, "K": args.size},),
                                  results=Path(results), executor="local", seed=0,
-                                 compile_workers=args.build_workers)
+                                 compile_workers=args.build_workers,
+                                 tell_order=args.tell_order)
         session = tune.open_session(config)
         suggest = session.encoding.suggest
 
@@ -59,6 +63,7 @@ def one_run(args: argparse.Namespace, label: str,
 
         session.encoding.suggest = timed  # type: ignore[method-assign]
         records: list[Any] = []
+        InstantCudaBackend.evaluations = 0
         try:
             started = time.perf_counter()
             session.run(args.trials, records.append)
@@ -69,6 +74,10 @@ def one_run(args: argparse.Namespace, label: str,
                for i in range(0, len(asks), 100)}
     row = {"sampler": label, "trials": len(records), "seconds": round(seconds, 2),
            "trials_per_second": round(len(records) / seconds, 2),
+           "evaluations": InstantCudaBackend.evaluations,
+           # the share of the run the (modelled) device spent timing
+           "device_busy_fraction": round(InstantCudaBackend.evaluations * args.device_s
+                                         / seconds, 2),
            "ask_ms_by_trial": buckets}
     print(json.dumps(row))
     return row
@@ -83,11 +92,17 @@ def main() -> int:
     parser.add_argument("--build-workers", type=int, default=16,
                         help="the executor's build threads (its window is twice this)")
     parser.add_argument("--compile", action="store_true", help="build with NVRTC for real")
+    parser.add_argument("--build-s", type=float, default=0.0,
+                        help="median seconds a build sleeps (the model of a real study)")
+    parser.add_argument("--device-s", type=float, default=0.0,
+                        help="seconds a timing sleeps on the one timer thread")
+    parser.add_argument("--tell-order", default="auto", choices=tune.TELL_ORDERS)
     parser.add_argument("--samplers", default="plain,focused")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     InstantCudaBackend.compile_for_real = args.compile
+    InstantCudaBackend.build_s, InstantCudaBackend.device_s = args.build_s, args.device_s
     tune.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
     choices = {"plain": plain_tpe, "focused": samplers.make_sampler}
     rows = [one_run(args, label, choices[label]) for label in args.samplers.split(",")]

@@ -80,7 +80,8 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tell-order", default="auto", choices=("auto", "asked", "finished"),
                    help="tell Optuna trials in the order asked (a seeded run repeats "
                         "itself) or as they finish (no wait behind one slow build); "
-                        "default auto: finished on Ray, asked otherwise")
+                        "default auto: finished where builds run ahead of the timings "
+                        "(Ray, GPU backends), asked otherwise (the C backend)")
     p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
                    help="what to do with an illegal sequence pick (default repair)")
     p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")

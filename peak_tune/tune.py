@@ -110,6 +110,16 @@ class _Started:
 TELL_ORDERS = ("auto", "asked", "finished")
 
 
+def tells_as_finished(order: str, executor: Executor, replay: bool = False) -> bool:
+    """`auto`: as trials finish wherever builds run ahead of the timings (Ray, and the
+    local executor's build pool for GPU backends), so that one slow build does not hold
+    up a window of finished trials; in the order asked where one thing runs at a time
+    (the C backend) or nothing runs (a replay), which costs nothing there and keeps a
+    seeded run repeatable."""
+    ahead = executor.name == "ray" or executor.slots > 1
+    return order == "finished" or (order == "auto" and ahead and not replay)
+
+
 def _settled(item: _Started) -> bool:
     """Nothing of the trial is still running: it can be finished without waiting."""
     if item.prepared is None:  # decided before anything was started
@@ -232,8 +242,8 @@ class TuneSession:
             raise UserError(f"--tell-order must be one of {', '.join(TELL_ORDERS)}, "
                             f"not {config.tell_order!r}")
         self.executor = self._executor(backend_name)  # before the study: fail first
-        self.tell_as_finished = config.tell_order == "finished" or (
-            config.tell_order == "auto" and self.executor.name == "ray")
+        self.tell_as_finished = tells_as_finished(config.tell_order, self.executor,
+                                                  replay=config.replay is not None)
         self._appliers = ThreadPoolExecutor(self.apply_workers, thread_name_prefix="apply")
         self.study = self._study(backend_name)
         self.vendor: dict[str, tuple[str, Measurement]] = {}

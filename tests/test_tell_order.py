@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from peak_tune.errors import UserError
-from peak_tune.tune import TuneConfig, TuneSession, _Started, open_session
+from peak_tune.tune import TuneConfig, TuneSession, _Started, open_session, tells_as_finished
 
 
 def started(prepared_done: bool = True, outcome_done: bool | None = False) -> _Started:
@@ -66,3 +66,16 @@ def test_auto_tells_in_the_order_asked_on_the_local_executor(tmp_path: Path):
     finally:
         session.close()
     assert [r.number for r in records] == [0, 1, 2, 3]
+
+
+def test_auto_tells_as_finished_where_builds_run_ahead():
+    class Executor:
+        def __init__(self, name: str, slots: int) -> None:
+            self.name, self.slots = name, slots
+
+    assert tells_as_finished("auto", Executor("ray", 1))
+    assert tells_as_finished("auto", Executor("local", 32))  # GPU builds on a pool
+    assert not tells_as_finished("auto", Executor("local", 1))  # the C backend
+    assert not tells_as_finished("asked", Executor("ray", 8))
+    assert tells_as_finished("finished", Executor("local", 1))
+    assert not tells_as_finished("auto", Executor("local", 32), replay=True)  # repeatable

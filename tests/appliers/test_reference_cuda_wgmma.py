@@ -156,7 +156,8 @@ def test_warp_specialize_needs_wgmma(cuda_catalog, cuda_seed, h200):
 def test_warp_specialize_hands_tiles_over_with_mbarriers(cuda_catalog, cuda_seed, h200):
     source = build(cuda_seed, SPECIALISED, cuda_catalog, h200).source
     for ptx in ("mbarrier.init.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64",
-                "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "mbarrier.arrive.shared::cta.b64"):
+                "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+                "mbarrier.arrive.shared::cta.b64"):
         assert ptx in source, ptx
     kernel = source.split('extern "C"')[1]
     # one __syncthreads (after the barriers are initialised), none in the K loops
