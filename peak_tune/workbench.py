@@ -234,11 +234,14 @@ class Workbench:
                             f"{self.cache.folder}")
         return context
 
-    def transformation(self, tid: str, kernel: str, backend: str) -> Transformation:
+    def transformation(self, tid: str, kernel: str, backend: str, dtype: str) -> Transformation:
         t = self.catalog.transformation(tid)
         if not t.applies_to(kernel, backend):
             raise UserError(f"transformation {tid!r} is for {', '.join(t.kernels)} on "
                             f"{', '.join(t.backends)}, not {kernel} on {backend}")
+        if not t.applies_to(kernel, backend, dtype):
+            raise UserError(f"transformation {tid!r} is for {', '.join(t.dtypes)}, "
+                            f"not {dtype}")
         return t
 
     def transformations(self, target: Target | None = None) -> list[Transformation]:
@@ -258,7 +261,7 @@ class Workbench:
         if request.name is not None:
             self.store.check_new_name(request.name)
         r = self._resolve(request.target, start)
-        t = self.transformation(request.transformation, r.spec.name, r.backend)
+        t = self.transformation(request.transformation, r.spec.name, r.backend, r.dtype)
         parent_label = start.name if start else SEED
         pipe = self._pipeline(r)
         parent = self.context(start, pipe)

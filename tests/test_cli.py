@@ -142,6 +142,8 @@ Text.
     ("args", "expected"),
     [
         (["--sequence", "no-such-step"], "unknown transformation 'no-such-step'"),
+        (["--backend", "cuda", "--device", "h200", "--sequence", "refactor,tb-tiling,wgmma"],
+         "transformation 'wgmma' does not apply to float32 (it is for bfloat16, float16)"),
         (["--device", "tpu9"], "unknown device 'tpu9'"),
         (["--kernel", "conv9"], "unknown kernel 'conv9'"),
         (["--backend", "cobol"], "unknown backend 'cobol'"),

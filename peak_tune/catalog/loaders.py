@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
+from peak_tune.catalog.types import DTYPES, DeviceProfile, Pass, Transformation
 from peak_tune.core import ArgSpec, KernelSpec, ParamDomain, ProblemSize
 from peak_tune.errors import CatalogError, ExpressionError
 from peak_tune.expr import check_expression
@@ -175,7 +175,7 @@ def _launch(path: Path, table: Any, symbols: set[str]) -> dict[str, dict[str, st
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)\n---[ \t]*\n(.*)\Z", re.S)
 _PASS_HEADING = re.compile(r"^##\s+Pass\s+(\d+)\b[^\n]*$", re.M)
 _TRANSFORM_REQUIRED = {"id", "version", "title", "kernels", "backends", "params", "passes"}
-_TRANSFORM_OPTIONAL = {"summary", "requires", "conflicts", "constraints", "defaults"}
+_TRANSFORM_OPTIONAL = {"summary", "requires", "conflicts", "constraints", "defaults", "dtypes"}
 
 
 def _params(path: Path, table: Any) -> tuple[ParamDomain, ...]:
@@ -236,6 +236,15 @@ def _passes(path: Path, declared: Any, body: str) -> tuple[Pass, ...]:
     return tuple(passes)
 
 
+def _dtypes(path: Path, declared: Any) -> tuple[str, ...]:
+    dtypes = _str_list(path, "dtypes", declared)
+    for i, dtype in enumerate(dtypes):
+        if dtype not in DTYPES:
+            raise CatalogError(path, f"dtypes[{i}]",
+                               f"{dtype!r} is not one of {', '.join(DTYPES)}")
+    return dtypes
+
+
 def load_transformation(path: Path) -> Transformation:
     """Parse one transformation file (Markdown with YAML front matter)."""
     try:
@@ -276,6 +285,7 @@ def load_transformation(path: Path) -> Transformation:
         summary=str(meta.get("summary", "")),
         path=str(path),
         defaults=_defaults(path, meta.get("defaults", {}), params),
+        dtypes=_dtypes(path, meta.get("dtypes", [])),
     )
 
 

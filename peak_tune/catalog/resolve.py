@@ -89,8 +89,15 @@ class Catalog:
             raise UserError(f"unknown transformation {tid!r} (see `peak-tune transforms list`)")
         return self.transformations[tid]
 
-    def transformations_for(self, kernel: str, backend: str) -> list[Transformation]:
-        return sorted(
-            (t for t in self.transformations.values() if t.applies_to(kernel, backend)),
-            key=lambda t: t.id,
-        )
+    def transformations_for(self, kernel: str, backend: str, dtype: str | None = None
+                            ) -> list[Transformation]:
+        """The transformations for a kernel and backend (and element type: one that
+        requires a transformation left out for the type is left out too)."""
+        kept = {t.id: t for t in self.transformations.values()
+                if t.applies_to(kernel, backend, dtype)}
+        while True:
+            reachable = {tid: t for tid, t in kept.items()
+                         if all(r in kept for r in t.requires)}
+            if len(reachable) == len(kept):
+                return sorted(kept.values(), key=lambda t: t.id)
+            kept = reachable

@@ -7,7 +7,11 @@ from dataclasses import dataclass, field
 
 from peak_tune.core import ParamDomain, stable_hash
 
-__all__ = ["DeviceProfile", "Pass", "Transformation"]
+__all__ = ["DTYPES", "DeviceProfile", "Pass", "Transformation"]
+
+
+# Element types a transformation may name in `dtypes` (what the kernels are written for).
+DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class Transformation:
     `constraints`: expressions over parameters (its own and earlier ones) that must hold.
     `defaults`: the value of a parameter when a person applies the transformation by hand
     without giving one (not part of the identity: the tuner never uses it).
+    `dtypes`: the element types it applies to (empty: any); a study of another type
+    leaves it out of its search space (not part of the identity either).
     """
 
     id: str
@@ -47,6 +53,7 @@ class Transformation:
     summary: str = ""
     path: str = ""
     defaults: Mapping[str, int] = field(default_factory=dict)
+    dtypes: tuple[str, ...] = ()
 
     def default_value(self, name: str) -> tuple[int, bool]:
         """(value, declared): the declared default, else the first allowed value."""
@@ -69,8 +76,10 @@ class Transformation:
             }
         )
 
-    def applies_to(self, kernel: str, backend: str) -> bool:
-        return kernel in self.kernels and backend in self.backends
+    def applies_to(self, kernel: str, backend: str, dtype: str | None = None) -> bool:
+        """For this kernel and backend, and element type when given."""
+        return (kernel in self.kernels and backend in self.backends
+                and (dtype is None or not self.dtypes or dtype in self.dtypes))
 
 
 @dataclass(frozen=True)

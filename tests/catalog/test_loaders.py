@@ -73,6 +73,8 @@ def test_transformation_parses_passes_and_params(tmp_path):
         (("kernels: [matmul]", "kernels: [matmul"), "front matter"),
         (("constraints:", "defaults: {TILE: 12}\nconstraints:"), "defaults.TILE"),
         (("constraints:", "defaults: {SIZE: 8}\nconstraints:"), "defaults.SIZE"),
+        (("constraints:", "dtypes: [float128]\nconstraints:"), "dtypes[0]"),
+        (("constraints:", "dtypes: float16\nconstraints:"), "dtypes"),
     ],
 )
 def test_malformed_transformation_names_file_and_field(tmp_path, change, field):
@@ -137,3 +139,24 @@ def test_malformed_spec_and_device(tmp_path):
                    'memory_bandwidth_gbs = "fast"\n[peak_gflops]\n')
     with pytest.raises(CatalogError, match="memory_bandwidth_gbs: expected"):
         load_device(device)
+
+
+def test_element_types_narrow_the_transformations_of_a_study():
+    catalog = Catalog.with_user_folders()
+    assert catalog.transformation("tensor-core").dtypes == ("float16", "bfloat16")
+    every = {t.id for t in catalog.transformations_for("matmul", "cuda")}
+    fp32 = {t.id for t in catalog.transformations_for("matmul", "cuda", "float32")}
+    fp16 = {t.id for t in catalog.transformations_for("matmul", "cuda", "float16")}
+    tensor = {"tensor-core", "tensor-tiling", "ldmatrix", "wgmma", "warp-specialize"}
+    assert fp16 == every and fp32 == every - tensor
+
+
+def test_a_transformation_that_requires_one_left_out_is_left_out(tmp_path):
+    write(tmp_path, "demo-step.md", GOOD.replace("constraints:", "dtypes: [float16]\nconstraints:"))
+    write(tmp_path, "after-demo.md", GOOD.replace("id: demo-step", "id: after-demo").replace(
+        "requires: []", "requires: [demo-step]"))
+    catalog = Catalog.with_user_folders([str(tmp_path)])
+    assert {"demo-step", "after-demo"} <= {t.id for t in catalog.transformations_for(
+        "matmul", "c", "float16")}
+    assert not {"demo-step", "after-demo"} & {t.id for t in catalog.transformations_for(
+        "matmul", "c", "float32")}
