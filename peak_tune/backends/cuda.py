@@ -160,6 +160,7 @@ class CudaBackend:
             raise UserError(f"the CUDA backend supports dtypes {', '.join(_CUDA_TYPES)}, "
                             f"not {dtype!r}")
         check_launch(context.launch, None)
+        self._check_resources(context, params, None)  # before NVRTC: no build to waste
         element, accumulator = _CUDA_TYPES[dtype]
         options = [*FLAGS, f"-arch={self._arch()}", f"-DDTYPE={element}",
                    f"-DACC={accumulator}", *macro_flags(params, _RESERVED_MACROS)]
@@ -183,10 +184,11 @@ class CudaBackend:
         return artifact
 
     def _check_resources(
-        self, context: KernelContext, params: Mapping[str, int], artifact: Artifact
+        self, context: KernelContext, params: Mapping[str, int], artifact: Artifact | None
     ) -> None:
         """InvalidPoint for a block or shared memory the profile's device cannot give, where
-        the launch fixes them by parameters alone (the worker checks every size again)."""
+        the launch fixes them by parameters alone (the worker checks every size again).
+        Without an artifact (before compiling) the static shared memory counts as none."""
         launch = {k: v for k, v in context.launch.items()
                   if k.startswith("block") or k == "shared_bytes"}
         if any(names_in(text) - set(params) for text in launch.values()):
@@ -194,8 +196,8 @@ class CudaBackend:
         shape = evaluate_launch({"grid_x": "1", **launch}, params)
         facts = self._profile.facts
         limit = int(float(facts.get("shared_memory_per_block_kib", 48)) * 1024)
-        geometry_fits(shape, int(facts.get("max_threads_per_block", 1024)),
-                      int(artifact.resources.get("shared_static_bytes", 0)), limit)
+        static = artifact.resources.get("shared_static_bytes", 0) if artifact else 0
+        geometry_fits(shape, int(facts.get("max_threads_per_block", 1024)), int(static), limit)
 
     # ------------------------------------------------------------ run
 

@@ -183,13 +183,24 @@ def test_adversarial_fixtures_build(backend: CudaBackend, tmp_path: Path, name: 
         ({**LAUNCH, "block_x": "64", "block_y": "32"}, "block of 2048 threads exceeds"),
         ({**LAUNCH, "block_z": "65"}, "block extent z = 65 is outside 1..64"),
         ({**LAUNCH, "shared_bytes": "TILE * 16384"},
-         r"263168 bytes of shared memory per block \(1024 static \+ 262144 dynamic\) exceed"),
+         r"262144 bytes of shared memory per block \(0 static \+ 262144 dynamic\) exceed"),
     ],
 )
-def test_launch_the_device_cannot_run_is_pruned(
+def test_launch_the_device_cannot_run_is_pruned_before_it_is_built(
     backend: CudaBackend, tmp_path: Path, launch: dict[str, str], message: str
 ) -> None:
     with pytest.raises(InvalidPoint, match=message):
+        backend.compile(context_of(TILE_SOURCE, launch=launch), {"TILE": 16}, "float32",
+                        str(tmp_path))
+    assert not list(tmp_path.iterdir())  # no NVRTC run was spent on it
+
+
+@needs_nvrtc
+def test_static_shared_memory_over_the_limit_is_pruned_once_built(
+    backend: CudaBackend, tmp_path: Path
+) -> None:
+    launch = {**LAUNCH, "shared_bytes": "232448 - 512"}  # fits until the 1024 static bytes
+    with pytest.raises(InvalidPoint, match=r"\(1024 static \+ 231936 dynamic\) exceed"):
         backend.compile(context_of(TILE_SOURCE, launch=launch), {"TILE": 16}, "float32",
                         str(tmp_path))
 
