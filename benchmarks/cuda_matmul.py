@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from peak_tune.executors.base import time_report
 from peak_tune.report import summary
 from peak_tune.tune import TuneConfig, open_session
 
@@ -44,13 +45,19 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
     try:
         session.measure_vendor()
         deadline = started + seconds
+        ran = time.perf_counter()
         session.run(trials, lambda record: None, lambda: time.perf_counter() > deadline)
         searched = time.perf_counter() - started
+        # where the time went: the device's share of the run, the median job, the loop
+        times = {**time_report(session.executor, time.perf_counter() - ran),
+                 "driver_loop_s": {k: round(v, 1) for k, v in session.loop_seconds.items()},
+                 "startup_s": round(ran - started, 1)}
         ncu = _profile(session) if profile else None
     finally:
         session.close()
     data = summary(session, searched)
     data["trials_per_second"] = data["trials"]["total"] / max(data["seconds"], 1e-9)
+    data["time"] = times
     if ncu is not None:
         data["ncu"] = ncu
     return data
@@ -123,6 +130,7 @@ def main() -> None:
               f"{s['trials']['total']:>6} {s['trials_per_second']:>8.2f} "
               f"{paper_ratios or '-':>24} {triton if triton is not None else '-':>13}  "
               f"{' > '.join(s['best']['sequence'])}")
+        print(f"    time: {s['time']}")
         if "ncu" in s:
             print(f"    ncu: {s['ncu']}")
 

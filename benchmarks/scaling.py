@@ -18,7 +18,6 @@ import json
 import os
 import re
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from peak_tune.backends.base import EvalConfig  # noqa: E402
 from peak_tune.errors import ApplyError, InvalidPoint  # noqa: E402
+from peak_tune.executors.base import time_report  # noqa: E402
 from peak_tune.tune import TuneConfig, open_session  # noqa: E402
 from tests.llm_server import Behaviour, LLMServer  # noqa: E402
 
@@ -79,8 +79,7 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             seconds = min(time.perf_counter(), deadline) - started
             evaluations = dict(getattr(session.executor, "evaluations", {}))
-            busy = session.executor.busy_seconds()  # type: ignore[attr-defined]  # Ray's
-            jobs = session.executor.job_times  # type: ignore[attr-defined]
+            times = time_report(session.executor, seconds)
             loop = {k: round(v, 1) for k, v in session.loop_seconds.items()}
         finally:
             session.close()
@@ -91,11 +90,7 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             # builds timed on a device (trials also count cache hits and pruned points)
             "evaluations_per_minute": round(60 * sum(evaluations.values()) / seconds, 1),
             # a device busy far less than the whole run was waiting for the driver
-            "device_busy_fraction": {name.rsplit("-", 1)[-1]: round(b / seconds, 2)
-                                     for name, b in busy.items()},
-            "job_median_s": {part: round(statistics.median(getattr(j, part) for j in jobs), 3)
-                             for part in ("latency_s", "build_s", "waited_s", "busy_s")}
-            if jobs else {},
+            **times,
             "driver_loop_s": loop}
 
 

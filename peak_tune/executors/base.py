@@ -6,14 +6,35 @@ job is a plain frozen value, so that it can cross to another process or node.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from peak_tune.core import KernelContext, Outcome, ProblemSize
 
-__all__ = ["EvalJob", "Executor"]
+__all__ = ["EvalJob", "Executor", "JobTimes", "busy_by_worker", "time_report"]
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """Where one job's time went: `latency_s` from handing it over to its result,
+    `build_s` compiling, `waited_s` built but waiting for its device, `busy_s` on it."""
+
+    worker: str
+    latency_s: float
+    build_s: float
+    waited_s: float
+    busy_s: float
+
+
+def busy_by_worker(times: list[JobTimes], workers: tuple[str, ...] = ()) -> dict[str, float]:
+    """Seconds each device worker spent validating and timing, over the jobs so far."""
+    busy = dict.fromkeys(workers, 0.0)
+    for job in list(times):
+        busy[job.worker] = busy.get(job.worker, 0.0) + job.busy_s
+    return busy
 
 
 @dataclass(frozen=True)
@@ -31,6 +52,7 @@ class EvalJob:
 
 class Executor(Protocol):
     name: str
+    job_times: list[JobTimes]  # one per job a device evaluated, as they finish
 
     @property
     def slots(self) -> int:
@@ -42,6 +64,23 @@ class Executor(Protocol):
         the kernel are Outcomes; the future raises only for the run's own errors."""
         ...
 
+    def busy_seconds(self) -> dict[str, float]:
+        """Seconds each device worker spent validating and timing so far."""
+        ...
+
     def close(self) -> None:
         """Wait for running jobs, cancel queued ones, release devices and workers."""
         ...
+
+
+def time_report(executor: Executor, seconds: float) -> dict[str, Any]:
+    """How busy each device was over `seconds`, and the median job's times: what a
+    benchmark prints to say whether the devices or the driver held a run back."""
+    jobs = list(executor.job_times)
+    return {
+        "device_busy_fraction": {name.rsplit("-", 1)[-1]: round(b / seconds, 2)
+                                 for name, b in executor.busy_seconds().items()},
+        "job_median_s": {part: round(statistics.median(getattr(j, part) for j in jobs), 3)
+                         for part in ("latency_s", "build_s", "waited_s", "busy_s")}
+        if jobs else {},
+    }

@@ -9,11 +9,14 @@ unrolled kernel) must not leave the device idle while builds behind it are ready
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from peak_tune.backends.base import Artifact
-from peak_tune.core import Outcome
-from peak_tune.executors.base import EvalJob
+from peak_tune.core import KernelContext, Outcome
+from peak_tune.executors.base import EvalJob, JobTimes, busy_by_worker
 from peak_tune.pipeline import Pipeline
 
 __all__ = ["LocalExecutor"]
@@ -30,6 +33,7 @@ class LocalExecutor:
         self._timer = ThreadPoolExecutor(1, thread_name_prefix="timer")
         self._lock = threading.Lock()
         self._closed = False
+        self.job_times: list[JobTimes] = []  # one per job evaluated
 
     @property
     def slots(self) -> int:
@@ -42,26 +46,41 @@ class LocalExecutor:
         it never overlaps a timing even when several trials are in flight (LLM applier).
         The returned future may be cancelled until its timing starts."""
         result: Future[list[Outcome]] = Future()
+        times = _Clock(time.perf_counter())
         if self._builds is not None and any(
                 self.pipeline.must_run(job.context, job.params, size) for size in job.sizes):
-            build = self._builds.submit(self.pipeline.compile, job.context, job.params)
-            build.add_done_callback(lambda built: self._to_timer(job, built, result))
+            build = self._builds.submit(self._compile, job.context, job.params, times)
+            build.add_done_callback(lambda built: self._to_timer(job, built, result, times))
         else:
-            self._to_timer(job, None, result)
+            self._to_timer(job, None, result, times)
         return result
 
+    def busy_seconds(self) -> dict[str, float]:
+        """Seconds the device spent validating and timing, over the jobs so far."""
+        return busy_by_worker(self.job_times, ("local",))
+
+    def _compile(self, context: KernelContext, params: Mapping[str, int],
+                 times: _Clock) -> Artifact:
+        started = time.perf_counter()
+        try:
+            return self.pipeline.compile(context, params)
+        finally:
+            times.built = time.perf_counter()
+            times.build_s = times.built - started
+
     def _to_timer(self, job: EvalJob, build: Future[Artifact] | None,
-                  result: Future[list[Outcome]]) -> None:
+                  result: Future[list[Outcome]], times: _Clock) -> None:
         with self._lock:  # not after close() has shut the timer down
             if not self._closed and not (build is not None and build.cancelled()):
-                self._timer.submit(self._run, job, build, result)
+                self._timer.submit(self._run, job, build, result, times)
                 return
         result.cancel()
 
     def _run(self, job: EvalJob, build: Future[Artifact] | None,
-             result: Future[list[Outcome]]) -> None:
+             result: Future[list[Outcome]], times: _Clock) -> None:
         if not result.set_running_or_notify_cancel():
             return  # the trial was stopped while it waited
+        started = time.perf_counter()
         try:
             outcomes = [self.pipeline.evaluate(job.context, job.params, size, cutoff,
                                                artifact=build)
@@ -70,6 +89,11 @@ class LocalExecutor:
             result.set_exception(exc)
         else:
             result.set_result(outcomes)
+        finally:
+            ended = time.perf_counter()
+            self.job_times.append(JobTimes(
+                "local", ended - times.submitted, times.build_s,
+                started - (times.built or times.submitted), ended - started))
 
     def close(self) -> None:
         if self._builds is not None:  # builds still running hand their jobs over first
@@ -77,3 +101,13 @@ class LocalExecutor:
         with self._lock:
             self._closed = True
         self._timer.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass
+class _Clock:
+    """When a job was handed over and built (0: not on the build pool), and how long its
+    build took."""
+
+    submitted: float
+    built: float = 0.0
+    build_s: float = 0.0

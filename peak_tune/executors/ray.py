@@ -28,7 +28,7 @@ from peak_tune.backends import make_backend
 from peak_tune.backends.base import Artifact
 from peak_tune.core import Outcome, ProblemSize, Status
 from peak_tune.errors import EvaluationError, InvalidPoint, UserError
-from peak_tune.executors.base import EvalJob
+from peak_tune.executors.base import EvalJob, JobTimes, busy_by_worker
 from peak_tune.pipeline import Pipeline, PipelineSetup, evaluate_built, outcome_of_error
 
 __all__ = ["NAMESPACE", "BuiltVariant", "JobTimes", "RayExecutor", "RaySettings",
@@ -80,17 +80,6 @@ class WorkerReply:
     build_s: float = 0.0  # compiling (on a CPU worker or in the actor)
     waited_s: float = 0.0  # in the actor, waiting for its device
     busy_s: float = 0.0  # validating and timing on the device
-
-
-@dataclass(frozen=True)
-class JobTimes:
-    """Where one job's time went; `latency_s` is from sending it to its reply."""
-
-    worker: str
-    latency_s: float
-    build_s: float
-    waited_s: float
-    busy_s: float
 
 
 @dataclass(frozen=True)
@@ -252,10 +241,7 @@ class RayExecutor:
 
     def busy_seconds(self) -> dict[str, float]:
         """Seconds each device worker spent validating and timing, in the replies so far."""
-        busy = dict.fromkeys(self.worker_names, 0.0)
-        for times in list(self.job_times):
-            busy[times.worker] = busy.get(times.worker, 0.0) + times.busy_s
-        return busy
+        return busy_by_worker(self.job_times, tuple(self.worker_names))
 
     def _send(self, pending: _Pending) -> None:
         """To the least busy worker that is up (waiting, if Ray is restarting them all)."""

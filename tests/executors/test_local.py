@@ -96,3 +96,17 @@ def test_close_with_builds_in_flight_returns_and_times_nothing_more(pipeline):
     assert time.perf_counter() - started < 5
     assert pipeline.timed == []
     assert all(f.cancelled() for f in futures)
+
+
+def test_each_job_reports_where_its_time_went(pipeline):
+    local = executor(pipeline)
+    try:
+        done = [local.submit(job(f"j{i}", 50)) for i in range(3)]
+        assert all(f.result(timeout=10) for f in done)
+    finally:
+        local.close()
+    assert len(local.job_times) == 3
+    for times in local.job_times:
+        assert times.worker == "local" and times.build_s >= 0.05
+        assert times.latency_s >= times.build_s + times.busy_s
+    assert local.busy_seconds()["local"] == sum(t.busy_s for t in local.job_times)
