@@ -12,6 +12,12 @@ Layout (elements are 2 bytes, a 16-byte chunk is 8 elements, a swizzle atom is 8
 
 Each stage starts 1024-byte aligned, so the XOR above is the hardware's 128-byte swizzle.
 Warpgroup g (128 threads) owns the 64 x WGMMA_N tile at (wm, wn) of the block tile.
+
+With warp-specialize (plan.producer) one more warpgroup only copies: mbarriers after the
+stages say when a stage is full (the producer's cp.async copies landed) and when it is
+empty again (the MMAs that read it are done), instead of two __syncthreads per K tile.
+On the H200 it measured slower than the plain kernel (2026-11-30-h200-wgmma-2.json):
+one warpgroup issuing 16-byte cp.async copies cannot keep up; TMA would.
 """
 
 from __future__ import annotations
@@ -88,8 +94,7 @@ __device__ __forceinline__ void pt_bar_arrive(unsigned long long *bar) {
                  : "memory");
 }
 // One arrival, made by the hardware once this thread's cp.async copies issued so far
-// have landed; the thread goes on at once. (A plain arrive would be a release: it
-// would wait for those copies here, and the producer would fetch one tile at a time.)
+// have landed; the thread goes on at once.
 __device__ __forceinline__ void pt_bar_arrive_on_copies(unsigned long long *bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\\n"
                  :: "r"(pt_smem_addr(bar)) : "memory");

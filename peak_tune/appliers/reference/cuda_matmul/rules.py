@@ -186,6 +186,13 @@ def ldmatrix(plan: Plan, device: DeviceProfile) -> Change:
     return Change(plan.but(ldmatrix=True))
 
 
+def _wgmma_registers(plan: Plan, device: DeviceProfile) -> str:
+    # each thread holds WGMMA_N / 2 accumulators (plus ~32 registers of addressing) for the
+    # whole instruction: ptxas refuses a block whose threads cannot all get that many
+    return (f"{threads_expression(plan)} * (WGMMA_N // 2 + 32) <= "
+            f"{_fact(device, 'registers_per_sm', 65536)}")
+
+
 def wgmma(plan: Plan, device: DeviceProfile) -> Change:
     """Warpgroup MMAs from swizzled shared tiles: only on an sm_90a (Hopper) target."""
     if not plan.mma:
@@ -206,13 +213,6 @@ def wgmma(plan: Plan, device: DeviceProfile) -> Change:
     ties = ("BLOCK_M % 64 == 0", "BLOCK_N % WGMMA_N == 0", "TILE_K_SIZE % 64 == 0",
             _threads_limit(child, device), _wgmma_registers(child, device))
     return Change(child, ties)
-
-
-def _wgmma_registers(plan: Plan, device: DeviceProfile) -> str:
-    # each thread holds WGMMA_N / 2 accumulators (plus ~32 registers of addressing) for the
-    # whole instruction: ptxas refuses a block whose threads cannot all get that many
-    return (f"{threads_expression(plan)} * (WGMMA_N // 2 + 32) <= "
-            f"{_fact(device, 'registers_per_sm', 65536)}")
 
 
 def warp_specialize(plan: Plan, device: DeviceProfile) -> Change:
