@@ -19,7 +19,8 @@ from pathlib import Path
 
 from peak_tune.errors import BackendUnavailable, KernelTimeout
 
-__all__ = ["KEY_METRICS", "ProfileReport", "find_cuda_tool", "parse_ncu_csv", "profile_request"]
+__all__ = ["KEY_METRICS", "STALLS", "STALL_METRIC", "ProfileReport", "find_cuda_tool",
+           "parse_ncu_csv", "profile_request"]
 
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats",
             "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis")
@@ -34,6 +35,13 @@ KEY_METRICS = (
     ("Executed Ipc Active", "IPC"),
     ("Duration", "duration"),
 )
+# Why warps did not issue, per issued instruction (ncu's WarpStateStats, as raw metrics:
+# the details page shows only their sum). The summary names the largest three.
+STALLS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss",
+          "lg_throttle", "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle",
+          "misc", "no_instruction", "not_selected", "selected", "short_scoreboard",
+          "sleeping", "tex_throttle", "wait")
+STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 _TIMEOUT_S = 600.0
 
 
@@ -49,7 +57,20 @@ class ProfileReport:
                 value, unit = self.metrics[name]
                 shown = "" if unit in ("", "register/thread") else f" {unit}"
                 parts.append(f"{label} {value}{shown}")
+        stalls = sorted(((_number(self.metrics[STALL_METRIC.format(s)][0]), s)
+                         for s in STALLS if STALL_METRIC.format(s) in self.metrics),
+                        reverse=True)
+        if stalls:
+            parts.append("stalls per issue: " + ", ".join(f"{name} {value:.2f}"
+                                                         for value, name in stalls[:3]))
         return ", ".join(parts) or "no metrics"
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
 
 
 def find_cuda_tool(name: str) -> str:
@@ -82,9 +103,18 @@ def profile_request(request_path: Path, worker_module: str, entry: str,
     """ncu over `python -m worker_module --one-shot request_path`, first launch of `entry`."""
     tool = find_cuda_tool("ncu")
     sections = [arg for name in SECTIONS for arg in ("--section", name)]
-    command = [tool, "--csv", "--page", "details", "--kernel-name", entry,
-               "--launch-count", "1", *sections, sys.executable, "-m", worker_module,
-               "--one-shot", str(request_path)]
+    stalls = ["--metrics", ",".join(STALL_METRIC.format(s) for s in STALLS)]
+    try:
+        return _run_ncu([tool, "--csv", "--page", "details", "--kernel-name", entry,
+                         "--launch-count", "1", *sections, *stalls, sys.executable, "-m",
+                         worker_module, "--one-shot", str(request_path)], env)
+    except BackendUnavailable:  # an ncu that lacks a stall metric: the sections alone
+        return _run_ncu([tool, "--csv", "--page", "details", "--kernel-name", entry,
+                         "--launch-count", "1", *sections, sys.executable, "-m",
+                         worker_module, "--one-shot", str(request_path)], env)
+
+
+def _run_ncu(command: list[str], env: dict[str, str]) -> ProfileReport:
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False,
                               timeout=_TIMEOUT_S, env=env)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from peak_tune.backends._ncu import ProfileReport, find_cuda_tool, parse_ncu_csv
+from peak_tune.backends._ncu import (
+    STALL_METRIC,
+    ProfileReport,
+    find_cuda_tool,
+    parse_ncu_csv,
+    profile_request,
+)
 from peak_tune.errors import BackendUnavailable
 
 REPORT = Path(__file__).parents[1] / "fixtures" / "ncu" / "h200-fp16-mma.csv"
@@ -33,3 +40,31 @@ def test_no_metrics_summary_and_missing_tool(monkeypatch, tmp_path):
         pytest.skip("a CUDA toolkit is installed in /usr/local/cuda")
     with pytest.raises(BackendUnavailable, match="^ncu not found"):
         find_cuda_tool("ncu")
+
+
+def test_summary_names_the_three_largest_stalls():
+    metrics = parse_ncu_csv(REPORT.read_text())
+    for name, value in (("barrier", "2.5"), ("long_scoreboard", "0.75"), ("wait", "1,204.0"),
+                        ("mio_throttle", "0.10")):
+        metrics[STALL_METRIC.format(name)] = (value, "")
+    summary = ProfileReport(metrics, "").summary()
+    assert summary.endswith("stalls per issue: wait 1204.00, barrier 2.50, "
+                            "long_scoreboard 0.75")
+
+
+def test_an_ncu_without_the_stall_metrics_still_profiles(monkeypatch, tmp_path):
+    """ncu refuses an unknown metric: the profile is taken again with the sections alone."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "ncu"
+    fake.write_text(f"""#!/bin/sh
+echo "$*" >> {calls}
+case "$*" in *--metrics*) echo "==ERROR== Failed to find metric" >&2; exit 1;; esac
+cat {REPORT}
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    report = profile_request(tmp_path / "request.json", "peak_tune.backends._cuda_worker",
+                             "matmul", dict(os.environ))
+    assert report.metrics["Registers Per Thread"] == ("128", "register/thread")
+    first, second = calls.read_text().splitlines()
+    assert STALL_METRIC.format("barrier") in first and "--metrics" not in second
