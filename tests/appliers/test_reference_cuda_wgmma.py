@@ -7,6 +7,8 @@ and speed on an H200: benchmarks/wgmma_check.py (results in benchmarks/results).
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -205,3 +207,77 @@ def test_warp_specialize_builds_with_split_k_and_launch_bounds(
     point = {**POINT, "K_SPLITS": 4, "MIN_BLOCKS_PER_SM": 1}
     values = {p.name: point[p.name] for p in context.params}
     assert CudaBackend(h200).compile(context, values, "float16", str(tmp_path)).resources
+
+
+HARNESS = r"""
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+struct uint4 { unsigned x, y, z, w; };
+typedef uint16_t DTYPE;
+#define PT_ZERO DTYPE(0)
+#define PT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define PT_TK TILE_K_SIZE
+#define PT_LOADERS 128
+%(pieces)s
+// Every producer thread copies the tiles at (bm, k0) of A and (k0, bn) of B both ways;
+// the shared images must be equal, chunk for chunk.
+int main() {
+    const int M = 1024, N = 1024, K = 1024, bm = 256, bn = 512, k0 = 128;
+    std::vector<DTYPE> A(M * K), B(K * N);
+    for (int i = 0; i < M * K; ++i) A[i] = DTYPE(i * 7 + 1);
+    for (int i = 0; i < K * N; ++i) B[i] = DTYPE(i * 13 + 3);
+    std::vector<DTYPE> a1(BLOCK_M * PT_TK), a2(a1.size()), b1(PT_TK * BLOCK_N), b2(b1.size());
+    for (int wl = 0; wl < PT_LOADERS; ++wl) {
+        pt_wg_copy_a(a1.data(), A.data(), K, bm, k0, M, K, wl, true);
+        pt_wg_copy_b(b1.data(), B.data(), N, k0, bn, K, N, wl, true);
+        const int a_ch = wl %% (PT_TK / 8), a_r0 = wl / (PT_TK / 8);
+        const int b_ch = wl %% (BLOCK_N / 8), b_r0 = wl / (BLOCK_N / 8);
+        pt_wg_copy_inside<BLOCK_M, PT_TK / 8>(a2.data(),
+            A.data() + (size_t)(bm + a_r0) * K + k0 + a_ch * 8,
+            (size_t)(PT_LOADERS / (PT_TK / 8)) * K, a_r0, a_ch);
+        pt_wg_copy_inside<PT_TK, BLOCK_N / 8>(b2.data(),
+            B.data() + (size_t)(k0 + b_r0) * N + bn + b_ch * 8,
+            (size_t)(PT_LOADERS / (BLOCK_N / 8)) * N, b_r0, b_ch);
+    }
+    const bool same = a1 == a2 && b1 == b2;
+    const bool filled = std::count(a1.begin(), a1.end(), DTYPE(0)) < 8;
+    std::printf("%%s %%s\n", same ? "same" : "different", filled ? "filled" : "holes");
+    return 0;
+}
+"""
+
+
+def _between(source: str, start: str, end: str) -> str:
+    head = source.index(start)
+    return source[head:source.index(end, head)]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")
+@pytest.mark.parametrize("point", [(256, 128, 64), (128, 256, 64), (64, 64, 64),
+                                   (128, 128, 128), (64, 512, 64)],
+                         ids=lambda p: "x".join(map(str, p)))
+def test_producer_copies_inside_tiles_where_the_checked_copy_does(
+    point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    """The producer's fast copy, compiled for the host from the printed kernel: each of
+    its 128 threads places the same chunks as the checked copy (cp.async falls back to a
+    byte copy off the GPU)."""
+    source = build(cuda_seed, SPECIALISED, cuda_catalog, h200).source
+    pieces = "\n".join((
+        _between(source, "template <int BYTES>", "__device__ __forceinline__ void pt_cp_commit"),
+        _between(source, "__device__ __forceinline__ int pt_swz", "// Shared-memory matrix"),
+        _between(source, "// The A tile", "extern \"C\""),
+    ))
+    block_m, block_n, tk = point
+    program = tmp_path / "copies.cpp"
+    program.write_text("#include <algorithm>\n" + HARNESS % {"pieces": pieces})
+    binary = tmp_path / "copies"
+    subprocess.run(["g++", "-std=c++17", "-O1", f"-DBLOCK_M={block_m}", f"-DBLOCK_N={block_n}",
+                    f"-DTILE_K_SIZE={tk}", "-o", str(binary), str(program)], check=True)
+    assert subprocess.run([str(binary)], capture_output=True, text=True,
+                          check=True).stdout.split() == ["same", "filled"]

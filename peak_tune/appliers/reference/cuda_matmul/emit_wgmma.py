@@ -205,6 +205,8 @@ def emit_wgmma_helpers(writer: CodeWriter, plan: Plan) -> None:
     writer.lines("#define PT_ZERO DTYPE(0.0f)", "")
     _copy_function(writer, "a", plan)
     _copy_function(writer, "b", plan)
+    if plan.producer:
+        writer.raw(_INSIDE_COPY)
 
 
 def _copies(writer: CodeWriter, stage: str, k0: str) -> None:
@@ -320,21 +322,60 @@ def _barriers(writer: CodeWriter) -> None:
 
 
 def _producer_loop(writer: CodeWriter) -> None:
-    writer.line("// the producer: tile t into stage t % PT_STAGES once its MMAs of tile "
-                "t - PT_STAGES are done")
+    writer.lines(
+        "// the producer: tile t into stage t % PT_STAGES once its MMAs of tile t - PT_STAGES",
+        "// are done. Where a tile lies wholly inside its matrix, each thread copies the same",
+        "// chunk column of every PT_LOADERS / chunks-per-row rows: its addresses are worked",
+        "// out once, here, and a chunk costs an add and a cp.async (the checked copies cost",
+        "// tens of instructions a chunk, which one warpgroup cannot issue fast enough).",
+        "const int a_ch = wl % (PT_TK / 8), a_r0 = wl / (PT_TK / 8);",
+        "const int b_ch = wl % (BLOCK_N / 8), b_r0 = wl / (BLOCK_N / 8);",
+        "const DTYPE *const a_src = A + (size_t)(bm + a_r0) * K + k_lo + a_ch * 8;",
+        "const DTYPE *const b_src = B + (size_t)(k_lo + b_r0) * N + bn + b_ch * 8;",
+        "const bool a_inside = vec && PT_FAST_A && bm + BLOCK_M <= M;",
+        "const bool b_inside = vec && PT_FAST_B && bn + BLOCK_N <= N;")
     with writer.block("for (int t = 0; t < tiles; ++t)"):
-        writer.line("const int s = t % PT_STAGES;")
-        writer.line("if (t >= PT_STAGES) pt_bar_wait(&pt_empty[s], (t / PT_STAGES + 1) & 1);")
         writer.lines(
-            "const bool plain = pt_wg_copy_a(PT_STAGE(s), A, K, bm, k_lo + t * PT_TK, M, "
-            "k_hi, wl, vec)",
-            "    | pt_wg_copy_b(PT_STAGE(s) + PT_A_TILE, B, N, k_lo + t * PT_TK, bn, k_hi, "
-            "N, wl, vec);",
-            "if (!plain) pt_bar_arrive_on_copies(&pt_full[s]); // arrives when they land")
+            "const int s = t % PT_STAGES, k0 = k_lo + t * PT_TK;",
+            "if (t >= PT_STAGES) pt_bar_wait(&pt_empty[s], (t / PT_STAGES + 1) & 1);",
+            "const bool whole_k = k0 + PT_TK <= k_hi;",
+            "bool plain = false;")
+        with writer.block("if (a_inside && whole_k)"):
+            writer.line("pt_wg_copy_inside<BLOCK_M, PT_TK / 8>(PT_STAGE(s), a_src + t * PT_TK, "
+                        "(size_t)(PT_LOADERS / (PT_TK / 8)) * K, a_r0, a_ch);")
+        writer.line("else plain |= pt_wg_copy_a(PT_STAGE(s), A, K, bm, k0, M, k_hi, wl, vec);")
+        with writer.block("if (b_inside && whole_k)"):
+            writer.line("pt_wg_copy_inside<PT_TK, BLOCK_N / 8>(PT_STAGE(s) + PT_A_TILE, "
+                        "b_src + (size_t)t * PT_TK * N, (size_t)(PT_LOADERS / (BLOCK_N / 8)) "
+                        "* N, b_r0, b_ch);")
+        writer.line("else plain |= pt_wg_copy_b(PT_STAGE(s) + PT_A_TILE, B, N, k0, bn, k_hi, "
+                    "N, wl, vec);")
+        writer.line("if (!plain) pt_bar_arrive_on_copies(&pt_full[s]); // arrives when they land")
         with writer.block("else"):
             writer.lines("// edges, unaligned rows: plain stores too; wait for every copy and "
                          "arrive", "pt_cp_wait_all();", "pt_fence_async_smem();",
                          "pt_bar_arrive(&pt_full[s]);")
+
+
+_INSIDE_COPY = """\
+// warp-specialize: a tile wholly inside its matrix (and 16-byte aligned rows). Producer
+// thread wl copies chunk `ch` of rows r0, r0 + PER, ...: `src` is its first chunk, `step`
+// the elements from one of its rows to the next. Both fast paths need PT_LOADERS to be a
+// multiple of the chunks per row (PT_FAST_A / _B); otherwise the checked copy runs.
+#define PT_FAST_A (PT_LOADERS % (PT_TK / 8) == 0)
+#define PT_FAST_B (PT_LOADERS % (BLOCK_N / 8) == 0)
+template <int ROWS, int CHUNKS>
+__device__ __forceinline__ void pt_wg_copy_inside(DTYPE *__restrict__ s,
+                                                  const DTYPE *__restrict__ src, size_t step,
+                                                  int r0, int ch) {
+    constexpr int PER = PT_LOADERS / CHUNKS > 0 ? PT_LOADERS / CHUNKS : 1;
+    #pragma unroll
+    for (int it = 0; it < PT_CEIL_DIV(ROWS, PER); ++it) {
+        if (ROWS % PER == 0 || r0 + it * PER < ROWS)
+            pt_cp_async<16>(s + pt_swz(ROWS, r0 + it * PER, ch), src + it * step, true);
+    }
+}
+"""
 
 
 def _consumer_loop(writer: CodeWriter) -> None:
