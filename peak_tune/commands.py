@@ -124,7 +124,8 @@ def transforms(args: argparse.Namespace) -> int:
         t = catalog.transformation(args.id)
         print(f"{t.id} (version {t.version}): {t.title}")
         print(f"file       {t.path}")
-        print(f"kernels    {', '.join(t.kernels)}; backends {', '.join(t.backends)}")
+        print(f"kernels    {', '.join(t.kernels)}; backends {', '.join(t.backends)}; "
+              f"element types {', '.join(t.dtypes) or 'any'}")
         print(f"requires   {', '.join(t.requires) or '-'}")
         print(f"conflicts  {', '.join(t.conflicts) or '-'}")
         print("parameters " + (", ".join(f"{p.name} in {list(p.values)}" for p in t.params)

@@ -118,6 +118,9 @@ def test_catalog_listings():
     assert listed.returncode == 0 and len(listed.stdout.splitlines()) >= 10
     shown = peak("transforms", "show", "cache-blocking")
     assert "## Pass 1" in shown.stdout and "MC" in shown.stdout
+    assert "element types any" in shown.stdout
+    tensor = peak("transforms", "show", "tensor-core")
+    assert "element types float16, bfloat16" in tensor.stdout
     devices = peak("devices")
     assert "h200" in devices.stdout and "mi250" in devices.stdout
 
