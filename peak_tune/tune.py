@@ -30,7 +30,6 @@ from peak_tune.backends import BACKENDS, make_backend
 from peak_tune.backends.base import Artifact, Backend, EvalConfig, EvalRequest
 from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
-from peak_tune.catalog.types import DTYPES
 from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Status
 from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
 from peak_tune.executors import EvalJob, Executor, LocalExecutor, choose_executor
@@ -109,16 +108,6 @@ class _Started:
 
 
 TELL_ORDERS = ("auto", "asked", "finished")
-
-
-def _dtypes_of(catalog: Catalog, tid: str) -> str:
-    """The element types a transformation and the ones it requires all apply to."""
-    stack, allowed = [tid], set(DTYPES)
-    while stack:
-        t = catalog.transformation(stack.pop())
-        allowed &= set(t.dtypes or DTYPES)
-        stack.extend(t.requires)
-    return ", ".join(sorted(allowed)) or "no element type"
 
 
 def tells_as_finished(order: str, executor: Executor, replay: bool = False) -> bool:
@@ -234,8 +223,9 @@ class TuneSession:
         every_type = {t.id for t in catalog.transformations_for(self.spec.name, backend_name)}
         for tid in config.sequence + config.only:
             if tid in every_type and tid not in self.transformations:
+                allowed = ", ".join(catalog.element_types(tid)) or "no element type"
                 raise UserError(f"transformation {tid!r} does not apply to {config.dtype} "
-                                f"(it is for {_dtypes_of(catalog, tid)})")
+                                f"(it is for {allowed})")
             if tid not in self.transformations:
                 raise UserError(f"unknown transformation {tid!r} for {self.spec.name} on "
                                 f"{backend_name} (see `peak-tune transforms list`)")

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 
 from peak_tune.catalog.loaders import load_devices, load_spec, load_transformations
-from peak_tune.catalog.types import DeviceProfile, Transformation
+from peak_tune.catalog.types import DTYPES, DeviceProfile, Transformation
 from peak_tune.core import KernelSpec
 from peak_tune.errors import UserError
 
@@ -88,6 +88,15 @@ class Catalog:
         if tid not in self.transformations:
             raise UserError(f"unknown transformation {tid!r} (see `peak-tune transforms list`)")
         return self.transformations[tid]
+
+    def element_types(self, tid: str) -> tuple[str, ...]:
+        """The element types a transformation and every one it requires apply to."""
+        stack, allowed = [tid], set(DTYPES)
+        while stack:
+            t = self.transformation(stack.pop())
+            allowed &= set(t.dtypes or DTYPES)
+            stack.extend(t.requires)
+        return tuple(sorted(allowed))
 
     def transformations_for(self, kernel: str, backend: str, dtype: str | None = None
                             ) -> list[Transformation]:

@@ -149,6 +149,9 @@ def test_element_types_narrow_the_transformations_of_a_study():
     fp16 = {t.id for t in catalog.transformations_for("matmul", "cuda", "float16")}
     tensor = {"tensor-core", "tensor-tiling", "ldmatrix", "wgmma", "warp-specialize"}
     assert fp16 == every and fp32 == every - tensor
+    assert catalog.element_types("warp-specialize") == ("bfloat16", "float16")
+    assert catalog.element_types("block-swizzle") == ("bfloat16", "float16", "float32",
+                                                      "float64")
 
 
 def test_a_transformation_that_requires_one_left_out_is_left_out(tmp_path):
