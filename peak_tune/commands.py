@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -172,9 +172,12 @@ def dashboard(args: argparse.Namespace) -> int:
     binary = str(beside) if beside.is_file() else shutil.which("optuna-dashboard")
     if binary is None:
         raise UserError("optuna-dashboard is not installed: pip install 'peak-tune[dashboard]'")
-    print(f"optuna-dashboard on http://127.0.0.1:{args.port} for {storage} (Ctrl-C stops it)")
-    return subprocess.call([binary, driver_url(storage), "--host", "127.0.0.1", "--port",
-                            str(args.port)])
+    print(f"optuna-dashboard on http://127.0.0.1:{args.port} for {storage} (Ctrl-C stops it)",
+          flush=True)
+    # the dashboard takes this process's place, so that a signal to it (a terminal's
+    # Ctrl-C, a service manager's SIGTERM) stops the server, not a parent that leaves it
+    os.execv(binary, [binary, driver_url(storage), "--host", "127.0.0.1", "--port",
+                      str(args.port)])
 
 
 def llm(args: argparse.Namespace) -> int:

@@ -50,3 +50,6 @@ def test_dashboard_lists_the_study(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+    # stopping `peak-tune dashboard` stops the server itself: nothing is left listening
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5)
