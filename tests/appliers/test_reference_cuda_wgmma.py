@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ROOT / "backends" / "devices"
 PREFIX = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining")
 WGMMA = (*PREFIX, "wgmma", "block-swizzle")
+SPECIALISED = (*PREFIX, "wgmma", "warp-specialize", "block-swizzle")
+KERNELS = {"wgmma": WGMMA, "warp-specialize": SPECIALISED}
 POINT = {"BLOCK_M": 256, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 3, "WGMMA_N": 128,
          "SWIZZLE_GROUP": 8}
 
@@ -95,33 +97,46 @@ def test_steps_that_cannot_follow_wgmma_are_invalid(later, cuda_catalog, cuda_se
 
 
 def test_earlier_plan_states_keep_their_form():
-    """The flag added for wgmma is stored only when set: older states still load."""
-    assert '"wgmma"' not in dump_plan(Plan())
+    """The flags added for wgmma and warp-specialize are stored only when set: older
+    states still load."""
+    assert '"wgmma"' not in dump_plan(Plan()) and '"producer"' not in dump_plan(Plan())
     assert load_plan(dump_plan(Plan())) == Plan()
     plan = Plan(shared=True, mma=True, vector_a=True, vector_b=True, stages=True, wgmma=True)
     assert load_plan(dump_plan(plan)) == plan
+    assert '"producer"' not in dump_plan(plan)
+    assert load_plan(dump_plan(plan.but(producer=True))) == plan.but(producer=True)
+
+
+def _shape(point: dict[str, int]) -> str:
+    return f"{point['BLOCK_M']}x{point['BLOCK_N']}n{point['WGMMA_N']}s{point['NUM_STAGES']}"
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("point", [
-    POINT,
-    {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4},
-    {**POINT, "BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 2},
-], ids=lambda p: f"{p['BLOCK_M']}x{p['BLOCK_N']}n{p['WGMMA_N']}s{p['NUM_STAGES']}")
-def test_wgmma_builds_for_sm_90a_without_local_memory(
-    point, cuda_catalog, cuda_seed, h200, tmp_path
+@pytest.mark.parametrize(("kernel", "point"), [
+    ("wgmma", POINT),
+    ("wgmma", {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4}),
+    ("wgmma", {**POINT, "BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 2}),
+    ("warp-specialize", {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256,
+                         "NUM_STAGES": 4}),
+    ("warp-specialize", {**POINT, "NUM_STAGES": 3}),
+    ("warp-specialize", {**POINT, "BLOCK_M": 128, "BLOCK_N": 128, "WGMMA_N": 128,
+                         "NUM_STAGES": 6}),
+], ids=lambda p: p if isinstance(p, str) else _shape(p))
+def test_warpgroup_kernels_build_for_sm_90a_without_local_memory(
+    kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
 ):
-    context = build(cuda_seed, WGMMA, cuda_catalog, h200)
+    context = build(cuda_seed, KERNELS[kernel], cuda_catalog, h200)
     artifact = CudaBackend(h200).compile(context, point, "float16", str(tmp_path))
     assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0
 
 
 @needs_nvrtc
+@pytest.mark.parametrize("kernel", ["wgmma", "warp-specialize"])
 @pytest.mark.parametrize("extra", ["split-k", "launch-bounds"])
-def test_wgmma_builds_with_split_k_and_launch_bounds(
-    extra, cuda_catalog, cuda_seed, h200, tmp_path
+def test_warpgroup_kernels_build_with_split_k_and_launch_bounds(
+    kernel, extra, cuda_catalog, cuda_seed, h200, tmp_path
 ):
-    context = build(cuda_seed, (*WGMMA, extra), cuda_catalog, h200)
+    context = build(cuda_seed, (*KERNELS[kernel], extra), cuda_catalog, h200)
     point = {**POINT, "K_SPLITS": 4, "MIN_BLOCKS_PER_SM": 1}
     values = {p.name: point[p.name] for p in context.params}
     assert CudaBackend(h200).compile(context, values, "float16", str(tmp_path)).resources
@@ -139,9 +154,6 @@ def test_wgmma_builds_for_bf16_and_refuses_fp32_and_sm_90(cuda_catalog, cuda_see
     with pytest.raises(CompileError) as caught:
         CudaBackend(h200).compile(context, POINT, "float32", str(tmp_path))
     assert "tensor-core needs DTYPE __half or __nv_bfloat16" in caught.value.detail
-
-
-SPECIALISED = (*PREFIX, "wgmma", "warp-specialize", "block-swizzle")
 
 
 def test_warp_specialize_needs_wgmma(cuda_catalog, cuda_seed, h200):
@@ -182,31 +194,6 @@ def test_warp_specialize_geometry_and_constraints(cuda_catalog, cuda_seed, h200)
                    {"BLOCK_M": 256, "BLOCK_N": 256, "WGMMA_N": 256}):  # registers
         assert not all(evaluate_bool(c, {**point, **broken}) for c in context.constraints), \
             broken
-
-
-@needs_nvrtc
-@pytest.mark.parametrize("point", [
-    {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4},
-    {**POINT, "NUM_STAGES": 3},
-    {**POINT, "BLOCK_M": 128, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6},
-], ids=lambda p: f"{p['BLOCK_M']}x{p['BLOCK_N']}n{p['WGMMA_N']}s{p['NUM_STAGES']}")
-def test_warp_specialize_builds_without_local_memory(
-    point, cuda_catalog, cuda_seed, h200, tmp_path
-):
-    context = build(cuda_seed, SPECIALISED, cuda_catalog, h200)
-    artifact = CudaBackend(h200).compile(context, point, "float16", str(tmp_path))
-    assert artifact.resources["stack_bytes"] == 0, artifact.resources
-
-
-@needs_nvrtc
-@pytest.mark.parametrize("extra", ["split-k", "launch-bounds"])
-def test_warp_specialize_builds_with_split_k_and_launch_bounds(
-    extra, cuda_catalog, cuda_seed, h200, tmp_path
-):
-    context = build(cuda_seed, (*SPECIALISED, extra), cuda_catalog, h200)
-    point = {**POINT, "K_SPLITS": 4, "MIN_BLOCKS_PER_SM": 1}
-    values = {p.name: point[p.name] for p in context.params}
-    assert CudaBackend(h200).compile(context, values, "float16", str(tmp_path)).resources
 
 
 HARNESS = r"""
