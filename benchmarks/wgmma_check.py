@@ -1,7 +1,8 @@
 """The wgmma transformation on this machine's Hopper GPU, side by side with cuBLAS.
 
-Builds the reference applier's wgmma sequence at a few hand-picked tuning points, then
-compiles, validates (the spec's check sizes and the small odd ones of
+Builds the reference applier's wgmma sequence, with warp-specialize, and each of the two
+with address-hoisting, at the same hand-picked tuning points (`--points N`: the first N),
+then compiles, validates (the spec's check sizes and the small odd ones of
 cuda_reference_check: 1x1x1, 31x17x5, 130x129x2) and times each through the CUDA backend
 at --size, fp16 in and out with fp32 accumulation; cuBLAS is timed by the same worker.
 The best point is timed again at the odd size --odd. A few variants (split-k,
@@ -41,6 +42,9 @@ WGMMA = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "
          "block-swizzle")
 # warp-specialize: a producer warpgroup copies, mbarriers instead of __syncthreads
 SPECIALISED = (*WGMMA[:-1], "warp-specialize", "block-swizzle")
+# timed side by side at every point, by the prefix of their rows' names
+KERNELS = {"": WGMMA, "ws ": SPECIALISED, "hoisted ": (*WGMMA, "address-hoisting"),
+           "ws hoisted ": (*SPECIALISED, "address-hoisting")}
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
         "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1}
 POINTS = (  # overrides of BASE, timed at --size; --points N times the first N
@@ -70,6 +74,9 @@ VALIDATE_ONLY = (  # (label, sequence, overrides): odd sizes only
     ("specialised launch-bounds", SPECIALISED + ("launch-bounds",), {}),
     ("specialised 64x64 3 stages", SPECIALISED, {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64,
                                                  "NUM_STAGES": 3}),
+    ("hoisted split-k", KERNELS["hoisted "] + ("split-k",), {"BLOCK_N": 128, "WGMMA_N": 128}),
+    ("specialised hoisted split-k", KERNELS["ws hoisted "] + ("split-k",),
+     {"BLOCK_N": 128, "WGMMA_N": 128}),
     ("specialised 256x128 TK128", SPECIALISED, {"BLOCK_M": 256, "BLOCK_N": 128,
                                                 "WGMMA_N": 128, "TILE_K_SIZE": 128,
                                                 "NUM_STAGES": 3, "K_SPLITS": 2}),
@@ -120,7 +127,7 @@ def main() -> int:
             print(f"validate {label:30} {result['status']} {result.get('message', '')[:300]}",
                   flush=True)
             save()
-        contexts = {"": build(WGMMA, device), "ws ": build(SPECIALISED, device)}
+        contexts = {prefix: build(sequence, device) for prefix, sequence in KERNELS.items()}
         for override in POINTS[:args.points]:
             for prefix, context in contexts.items():
                 try:
@@ -130,8 +137,9 @@ def main() -> int:
                     continue
                 result = runner.run(context, params, "float16", sizes["square"], checks)
                 name = prefix + (", ".join(f"{k}={v}" for k, v in override.items()) or "base")
-                out["timed"].append({"name": name, "params": params, "size": "square",
-                                     "sequence": list(context.applied), **result})
+                out["timed"].append({"name": name, "kernel": prefix, "params": params,
+                                     "size": "square", "sequence": list(context.applied),
+                                     **result})
                 print(f"timed {name:50} {result['status']} {result.get('gflops', 0):8.0f} "
                       f"{result.get('resources', '')} {result.get('message', '')[:300]}",
                       flush=True)
@@ -139,7 +147,7 @@ def main() -> int:
         good = [t for t in out["timed"] if t["status"] == "ok"]
         if good:
             best = max(good, key=lambda t: t["gflops"])
-            context = contexts["ws " if best["name"].startswith("ws ") else ""]
+            context = contexts[best["kernel"]]
             for _ in range(2):  # the best again: the spread between two runs
                 result = runner.run(context, best["params"], "float16", sizes["square"], ())
                 out["timed"].append({"name": f"best again ({best['name']})",

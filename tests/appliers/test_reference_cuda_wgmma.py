@@ -29,7 +29,9 @@ DEVICES = ROOT / "backends" / "devices"
 PREFIX = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining")
 WGMMA = (*PREFIX, "wgmma", "block-swizzle")
 SPECIALISED = (*PREFIX, "wgmma", "warp-specialize", "block-swizzle")
-KERNELS = {"wgmma": WGMMA, "warp-specialize": SPECIALISED}
+KERNELS = {"wgmma": WGMMA, "warp-specialize": SPECIALISED,
+           "wgmma hoisted": (*WGMMA, "address-hoisting"),
+           "warp-specialize hoisted": (*SPECIALISED, "address-hoisting")}
 POINT = {"BLOCK_M": 256, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 3, "WGMMA_N": 128,
          "SWIZZLE_GROUP": 8}
 
@@ -121,6 +123,12 @@ def _shape(point: dict[str, int]) -> str:
     ("warp-specialize", {**POINT, "NUM_STAGES": 3}),
     ("warp-specialize", {**POINT, "BLOCK_M": 128, "BLOCK_N": 128, "WGMMA_N": 128,
                          "NUM_STAGES": 6}),
+    ("wgmma hoisted", POINT),
+    ("wgmma hoisted", {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256,
+                       "NUM_STAGES": 4}),
+    ("warp-specialize hoisted", {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256,
+                                 "NUM_STAGES": 4}),
+    ("warp-specialize hoisted", {**POINT, "NUM_STAGES": 3}),
 ], ids=lambda p: p if isinstance(p, str) else _shape(p))
 def test_warpgroup_kernels_build_for_sm_90a_without_local_memory(
     kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
@@ -131,7 +139,7 @@ def test_warpgroup_kernels_build_for_sm_90a_without_local_memory(
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("kernel", ["wgmma", "warp-specialize"])
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("extra", ["split-k", "launch-bounds"])
 def test_warpgroup_kernels_build_with_split_k_and_launch_bounds(
     kernel, extra, cuda_catalog, cuda_seed, h200, tmp_path
@@ -211,7 +219,7 @@ typedef uint16_t DTYPE;
 #define PT_TK TILE_K_SIZE
 #define PT_LOADERS 128
 %(pieces)s
-// Every producer thread copies the tiles at (bm, k0) of A and (k0, bn) of B both ways;
+// Every copier thread copies the tiles at (bm, k0) of A and (k0, bn) of B both ways;
 // the shared images must be equal, chunk for chunk.
 int main() {
     const int M = 1024, N = 1024, K = 1024, bm = 256, bn = 512, k0 = 128;
@@ -219,17 +227,17 @@ int main() {
     for (int i = 0; i < M * K; ++i) A[i] = DTYPE(i * 7 + 1);
     for (int i = 0; i < K * N; ++i) B[i] = DTYPE(i * 13 + 3);
     std::vector<DTYPE> a1(BLOCK_M * PT_TK), a2(a1.size()), b1(PT_TK * BLOCK_N), b2(b1.size());
-    for (int wl = 0; wl < PT_LOADERS; ++wl) {
-        pt_wg_copy_a(a1.data(), A.data(), K, bm, k0, M, K, wl, true);
-        pt_wg_copy_b(b1.data(), B.data(), N, k0, bn, K, N, wl, true);
-        const int a_ch = wl %% (PT_TK / 8), a_r0 = wl / (PT_TK / 8);
-        const int b_ch = wl %% (BLOCK_N / 8), b_r0 = wl / (BLOCK_N / 8);
+    for (int i = 0; i < PT_COPIERS; ++i) {
+        pt_wg_copy_a(a1.data(), A.data(), K, bm, k0, M, K, i, true);
+        pt_wg_copy_b(b1.data(), B.data(), N, k0, bn, K, N, i, true);
+        const int a_ch = i %% (PT_TK / 8), a_r0 = i / (PT_TK / 8);
+        const int b_ch = i %% (BLOCK_N / 8), b_r0 = i / (BLOCK_N / 8);
         pt_wg_copy_inside<BLOCK_M, PT_TK / 8>(a2.data(),
             A.data() + (size_t)(bm + a_r0) * K + k0 + a_ch * 8,
-            (size_t)(PT_LOADERS / (PT_TK / 8)) * K, a_r0, a_ch);
+            (size_t)(PT_COPIERS / (PT_TK / 8)) * K, a_r0, a_ch);
         pt_wg_copy_inside<PT_TK, BLOCK_N / 8>(b2.data(),
             B.data() + (size_t)(k0 + b_r0) * N + bn + b_ch * 8,
-            (size_t)(PT_LOADERS / (BLOCK_N / 8)) * N, b_r0, b_ch);
+            (size_t)(PT_COPIERS / (BLOCK_N / 8)) * N, b_r0, b_ch);
     }
     const bool same = a1 == a2 && b1 == b2;
     const bool filled = std::count(a1.begin(), a1.end(), DTYPE(0)) < 8;
@@ -245,16 +253,19 @@ def _between(source: str, start: str, end: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")
+@pytest.mark.parametrize(("kernel", "threads"), [("wgmma hoisted", 256),
+                                                 ("wgmma hoisted", 512),
+                                                 ("warp-specialize hoisted", 0)])
 @pytest.mark.parametrize("point", [(256, 128, 64), (128, 256, 64), (64, 64, 64),
                                    (128, 128, 128), (64, 512, 64)],
                          ids=lambda p: "x".join(map(str, p)))
-def test_producer_copies_inside_tiles_where_the_checked_copy_does(
-    point, cuda_catalog, cuda_seed, h200, tmp_path
+def test_hoisted_copies_place_chunks_where_the_checked_copy_does(
+    kernel, threads, point, cuda_catalog, cuda_seed, h200, tmp_path
 ):
-    """The producer's fast copy, compiled for the host from the printed kernel: each of
-    its 128 threads places the same chunks as the checked copy (cp.async falls back to a
-    byte copy off the GPU)."""
-    source = build(cuda_seed, SPECIALISED, cuda_catalog, h200).source
+    """address-hoisting's copy of an inside tile, compiled for the host from the printed
+    kernel: each copier thread (all PT_THREADS, or the producer's 128) places the same
+    chunks as the checked copy (cp.async falls back to a byte copy off the GPU)."""
+    source = build(cuda_seed, KERNELS[kernel], cuda_catalog, h200).source
     pieces = "\n".join((
         _between(source, "template <int BYTES>", "__device__ __forceinline__ void pt_cp_commit"),
         _between(source, "__device__ __forceinline__ int pt_swz", "// Shared-memory matrix"),
@@ -265,6 +276,22 @@ def test_producer_copies_inside_tiles_where_the_checked_copy_does(
     program.write_text("#include <algorithm>\n" + HARNESS % {"pieces": pieces})
     binary = tmp_path / "copies"
     subprocess.run(["g++", "-std=c++17", "-O1", f"-DBLOCK_M={block_m}", f"-DBLOCK_N={block_n}",
-                    f"-DTILE_K_SIZE={tk}", "-o", str(binary), str(program)], check=True)
+                    f"-DTILE_K_SIZE={tk}", f"-DPT_THREADS={threads}", "-o", str(binary),
+                    str(program)], check=True)
     assert subprocess.run([str(binary)], capture_output=True, text=True,
                           check=True).stdout.split() == ["same", "filled"]
+
+
+def test_address_hoisting_needs_wgmma_and_changes_only_the_copies(
+    cuda_catalog, cuda_seed, h200
+):
+    loose = {tid: dataclasses.replace(t, requires=(), conflicts=())
+             for tid, t in cuda_catalog.items()}
+    with pytest.raises(InvalidPoint, match="needs the swizzled tile copies of wgmma"):
+        build(cuda_seed, (*PREFIX, "address-hoisting"), loose, h200)
+    plain = build(cuda_seed, WGMMA, cuda_catalog, h200)
+    hoisted = build(cuda_seed, KERNELS["wgmma hoisted"], cuda_catalog, h200)
+    assert "pt_wg_copy_inside" in hoisted.source and "pt_wg_copy_inside" not in plain.source
+    assert hoisted.launch == plain.launch and hoisted.constraints == plain.constraints
+    with pytest.raises(InvalidPoint, match="already applied"):
+        apply_transformation(hoisted, loose["address-hoisting"], h200)

@@ -18,6 +18,10 @@ stages say when a stage is full (the producer's cp.async copies landed) and when
 empty again (the MMAs that read it are done), instead of two __syncthreads per K tile.
 On the H200 it measured slower than the plain kernel (2026-11-30-h200-wgmma-2.json):
 one warpgroup issuing 16-byte cp.async copies cannot keep up; TMA would.
+
+With address-hoisting (plan.hoisted) a tile wholly inside its matrix is copied from each
+thread's first chunk of it, one add per further chunk (pt_wg_copy_inside), instead of
+the checked copy's index arithmetic per chunk; edge tiles keep the checked copy.
 """
 
 from __future__ import annotations
@@ -205,11 +209,14 @@ def emit_wgmma_helpers(writer: CodeWriter, plan: Plan) -> None:
     writer.lines("#define PT_ZERO DTYPE(0.0f)", "")
     _copy_function(writer, "a", plan)
     _copy_function(writer, "b", plan)
-    if plan.producer:
-        writer.raw(_INSIDE_COPY)
+    if plan.hoisted:
+        writer.raw(_inside_copy(plan))
 
 
-def _copies(writer: CodeWriter, stage: str, k0: str) -> None:
+def _copies(writer: CodeWriter, plan: Plan, stage: str, k0: str) -> None:
+    if plan.hoisted:
+        _hoisted_copies(writer, stage, k0, "tid", "")
+        return
     writer.lines(f"pt_wg_copy_a(PT_STAGE({stage}), A, K, bm, {k0}, M, k_hi, tid, vec);",
                  f"pt_wg_copy_b(PT_STAGE({stage}) + PT_A_TILE, B, N, {k0}, bn, k_hi, N, tid, "
                  "vec);")
@@ -234,13 +241,12 @@ def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
         "&& (unsigned long long)B % 16 == 0;")
 
 
-def _k_loop(writer: CodeWriter) -> None:
-    writer.lines(
-        "const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;",
-        "// NUM_STAGES - 1 tiles in flight before the first is used")
+def _k_loop(writer: CodeWriter, plan: Plan) -> None:
+    writer.lines("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;",
+                 "// NUM_STAGES - 1 tiles in flight before the first is used")
     with writer.unrolled("s", "PT_STAGES - 1"):
         with writer.block("if (s < tiles)"):
-            _copies(writer, "s", "k_lo + s * PT_TK")
+            _copies(writer, plan, "s", "k_lo + s * PT_TK")
         writer.line("pt_cp_commit();")
     with writer.block("for (int t = 0; t < tiles; ++t)"):
         writer.lines(
@@ -255,7 +261,7 @@ def _k_loop(writer: CodeWriter) -> None:
             "__syncthreads(); // ... in every warpgroup: stage (t - 1) % PT_STAGES is free",
             "const int ahead = t + PT_STAGES - 1;")
         with writer.block("if (ahead < tiles)"):
-            _copies(writer, "ahead % PT_STAGES", "k_lo + ahead * PT_TK")
+            _copies(writer, plan, "ahead % PT_STAGES", "k_lo + ahead * PT_TK")
         writer.line("pt_cp_commit(); // always, so the group count stays in step")
     writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
 
@@ -321,35 +327,21 @@ def _barriers(writer: CodeWriter) -> None:
     writer.line("__syncthreads(); // the barriers are initialised for every warp")
 
 
-def _producer_loop(writer: CodeWriter) -> None:
-    writer.lines(
-        "// the producer: tile t into stage t % PT_STAGES once its MMAs of tile t - PT_STAGES",
-        "// are done. Where a tile lies wholly inside its matrix, each thread copies the same",
-        "// chunk column of every PT_LOADERS / chunks-per-row rows: its addresses are worked",
-        "// out once, here, and a chunk costs an add and a cp.async (the checked copies cost",
-        "// tens of instructions a chunk, which one warpgroup cannot issue fast enough).",
-        "const int a_ch = wl % (PT_TK / 8), a_r0 = wl / (PT_TK / 8);",
-        "const int b_ch = wl % (BLOCK_N / 8), b_r0 = wl / (BLOCK_N / 8);",
-        "const DTYPE *const a_src = A + (size_t)(bm + a_r0) * K + k_lo + a_ch * 8;",
-        "const DTYPE *const b_src = B + (size_t)(k_lo + b_r0) * N + bn + b_ch * 8;",
-        "const bool a_inside = vec && PT_FAST_A && bm + BLOCK_M <= M;",
-        "const bool b_inside = vec && PT_FAST_B && bn + BLOCK_N <= N;")
+def _producer_loop(writer: CodeWriter, plan: Plan) -> None:
+    writer.line("// the producer: tile t into stage t % PT_STAGES once its MMAs of tile "
+                "t - PT_STAGES are done")
     with writer.block("for (int t = 0; t < tiles; ++t)"):
-        writer.lines(
-            "const int s = t % PT_STAGES, k0 = k_lo + t * PT_TK;",
-            "if (t >= PT_STAGES) pt_bar_wait(&pt_empty[s], (t / PT_STAGES + 1) & 1);",
-            "const bool whole_k = k0 + PT_TK <= k_hi;",
-            "bool plain = false;")
-        with writer.block("if (a_inside && whole_k)"):
-            writer.line("pt_wg_copy_inside<BLOCK_M, PT_TK / 8>(PT_STAGE(s), a_src + t * PT_TK, "
-                        "(size_t)(PT_LOADERS / (PT_TK / 8)) * K, a_r0, a_ch);")
-        writer.line("else plain |= pt_wg_copy_a(PT_STAGE(s), A, K, bm, k0, M, k_hi, wl, vec);")
-        with writer.block("if (b_inside && whole_k)"):
-            writer.line("pt_wg_copy_inside<PT_TK, BLOCK_N / 8>(PT_STAGE(s) + PT_A_TILE, "
-                        "b_src + (size_t)t * PT_TK * N, (size_t)(PT_LOADERS / (BLOCK_N / 8)) "
-                        "* N, b_r0, b_ch);")
-        writer.line("else plain |= pt_wg_copy_b(PT_STAGE(s) + PT_A_TILE, B, N, k0, bn, k_hi, "
-                    "N, wl, vec);")
+        writer.line("const int s = t % PT_STAGES;")
+        writer.line("if (t >= PT_STAGES) pt_bar_wait(&pt_empty[s], (t / PT_STAGES + 1) & 1);")
+        if plan.hoisted:
+            writer.line("bool plain = false;")
+            _hoisted_copies(writer, "s", "k_lo + t * PT_TK", "wl", "plain |= ")
+        else:
+            writer.lines(
+                "const bool plain = pt_wg_copy_a(PT_STAGE(s), A, K, bm, k_lo + t * PT_TK, M, "
+                "k_hi, wl, vec)",
+                "    | pt_wg_copy_b(PT_STAGE(s) + PT_A_TILE, B, N, k_lo + t * PT_TK, bn, k_hi, "
+                "N, wl, vec);")
         writer.line("if (!plain) pt_bar_arrive_on_copies(&pt_full[s]); // arrives when they land")
         with writer.block("else"):
             writer.lines("// edges, unaligned rows: plain stores too; wait for every copy and "
@@ -357,24 +349,54 @@ def _producer_loop(writer: CodeWriter) -> None:
                          "pt_bar_arrive(&pt_full[s]);")
 
 
-_INSIDE_COPY = """\
-// warp-specialize: a tile wholly inside its matrix (and 16-byte aligned rows). Producer
-// thread wl copies chunk `ch` of rows r0, r0 + PER, ...: `src` is its first chunk, `step`
-// the elements from one of its rows to the next. Both fast paths need PT_LOADERS to be a
+def _hoisted_copies(writer: CodeWriter, stage: str, k0: str, thread: str, keep: str) -> None:
+    """address-hoisting: the A and B tiles at k0 into `stage`. A tile wholly inside its
+    matrix is copied from this thread's first chunk of it, one add per further chunk;
+    other tiles by the checked copies (`keep` takes what they return: whether one stored
+    a chunk plainly). The bases are a few operations per tile, not kept across the loop:
+    the MMA warpgroups have no registers to spare."""
+    with writer.block(""):
+        writer.lines(
+            f"const int k0 = {k0};",
+            "const bool whole_k = k0 + PT_TK <= k_hi;",
+            f"const int a_ch = {thread} % (PT_TK / 8), a_r0 = {thread} / (PT_TK / 8);",
+            f"const int b_ch = {thread} % (BLOCK_N / 8), b_r0 = {thread} / (BLOCK_N / 8);")
+        with writer.block("if (vec && PT_FAST_A && whole_k && bm + BLOCK_M <= M)"):
+            writer.line(f"pt_wg_copy_inside<BLOCK_M, PT_TK / 8>(PT_STAGE({stage}), "
+                        "A + (size_t)(bm + a_r0) * K + k0 + a_ch * 8, "
+                        "(size_t)(PT_COPIERS / (PT_TK / 8)) * K, a_r0, a_ch);")
+        writer.line(f"else {keep}pt_wg_copy_a(PT_STAGE({stage}), A, K, bm, k0, M, k_hi, "
+                    f"{thread}, vec);")
+        with writer.block("if (vec && PT_FAST_B && whole_k && bn + BLOCK_N <= N)"):
+            writer.line(f"pt_wg_copy_inside<PT_TK, BLOCK_N / 8>(PT_STAGE({stage}) + PT_A_TILE, "
+                        "B + (size_t)(k0 + b_r0) * N + bn + b_ch * 8, "
+                        "(size_t)(PT_COPIERS / (BLOCK_N / 8)) * N, b_r0, b_ch);")
+        writer.line(f"else {keep}pt_wg_copy_b(PT_STAGE({stage}) + PT_A_TILE, B, N, k0, bn, "
+                    f"k_hi, N, {thread}, vec);")
+
+
+def _inside_copy(plan: Plan) -> str:
+    """address-hoisting's copy of an inside tile (see _hoisted_copies)."""
+    copiers = "PT_LOADERS" if plan.producer else "PT_THREADS"
+    return f"""\
+// address-hoisting: a tile wholly inside its matrix (and 16-byte aligned rows). Copier
+// thread i copies chunk `ch` of rows r0, r0 + PER, ...: `src` is its first chunk, `step`
+// the elements from one of its rows to the next. Both fast paths need PT_COPIERS to be a
 // multiple of the chunks per row (PT_FAST_A / _B); otherwise the checked copy runs.
-#define PT_FAST_A (PT_LOADERS % (PT_TK / 8) == 0)
-#define PT_FAST_B (PT_LOADERS % (BLOCK_N / 8) == 0)
+#define PT_COPIERS {copiers} /* the threads that copy the tiles */
+#define PT_FAST_A (PT_COPIERS % (PT_TK / 8) == 0)
+#define PT_FAST_B (PT_COPIERS % (BLOCK_N / 8) == 0)
 template <int ROWS, int CHUNKS>
 __device__ __forceinline__ void pt_wg_copy_inside(DTYPE *__restrict__ s,
                                                   const DTYPE *__restrict__ src, size_t step,
-                                                  int r0, int ch) {
-    constexpr int PER = PT_LOADERS / CHUNKS > 0 ? PT_LOADERS / CHUNKS : 1;
+                                                  int r0, int ch) {{
+    constexpr int PER = PT_COPIERS / CHUNKS > 0 ? PT_COPIERS / CHUNKS : 1;
     #pragma unroll
-    for (int it = 0; it < PT_CEIL_DIV(ROWS, PER); ++it) {
+    for (int it = 0; it < PT_CEIL_DIV(ROWS, PER); ++it) {{
         if (ROWS % PER == 0 || r0 + it * PER < ROWS)
             pt_cp_async<16>(s + pt_swz(ROWS, r0 + it * PER, ch), src + it * step, true);
-    }
-}
+    }}
+}}
 """
 
 
@@ -399,7 +421,7 @@ def _specialised(writer: CodeWriter, plan: Plan) -> None:
     _barriers(writer)
     writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
     with writer.block("if (wg == PT_CONSUMERS)"):
-        _producer_loop(writer)
+        _producer_loop(writer, plan)
         writer.lines("pt_cp_wait_all(); // the copies land before the producer leaves",
                      "return;")
     _accumulators(writer)  # only the MMA warpgroups hold them
@@ -429,7 +451,7 @@ def emit_wgmma_kernel(writer: CodeWriter, plan: Plan) -> None:
         _specialised(writer, plan)
         return
     _accumulators(writer)
-    _k_loop(writer)
+    _k_loop(writer, plan)
     if plan.split_k:
         emit_split_k_wait(writer)
     _epilogue(writer, plan)

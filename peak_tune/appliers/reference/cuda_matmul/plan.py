@@ -59,6 +59,7 @@ class Plan:
     launch_bounds: bool = False  # launch-bounds: __launch_bounds__(threads, MIN_BLOCKS_PER_SM)
     wgmma: bool = False  # wgmma: warpgroups compute with wgmma.mma_async m64nNk16 (sm_90a)
     producer: bool = False  # warp-specialize: one warpgroup copies, mbarriers hand tiles over
+    hoisted: bool = False  # address-hoisting: inside tiles copied from addresses set up once
 
     def but(self, **changes: bool) -> Plan:
         return replace(self, **changes)
@@ -69,7 +70,7 @@ NAIVE = Plan(tiled=False)
 _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
-_LATER = ("wgmma", "producer")
+_LATER = ("wgmma", "producer", "hoisted")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -112,6 +113,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("wgmma", "vector_a"),
     ("wgmma", "vector_b"),
     ("producer", "wgmma"),
+    ("hoisted", "wgmma"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),

@@ -227,6 +227,14 @@ def warp_specialize(plan: Plan, device: DeviceProfile) -> Change:
     return Change(child, ties)
 
 
+def address_hoisting(plan: Plan, device: DeviceProfile) -> Change:
+    """The warpgroup kernels' tile copies: inside tiles from per-thread bases."""
+    if not plan.wgmma:
+        raise InvalidPoint("address-hoisting needs the swizzled tile copies of wgmma")
+    _once(plan.hoisted, "address-hoisting: the copy addresses are already worked out once")
+    return Change(plan.but(hoisted=True))
+
+
 def launch_bounds(plan: Plan, device: DeviceProfile) -> Change:
     _tiled(plan, "launch-bounds")
     _once(plan.launch_bounds, "launch-bounds: the kernel already declares its launch bounds")
@@ -253,4 +261,5 @@ RULES: Mapping[str, Rule] = {
     "ldmatrix": ldmatrix,
     "wgmma": wgmma,
     "warp-specialize": warp_specialize,
+    "address-hoisting": address_hoisting,
 }
