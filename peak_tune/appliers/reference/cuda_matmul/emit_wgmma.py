@@ -148,12 +148,17 @@ def _wgmma_function() -> str:
     return "\n".join(lines)
 
 
+def _copiers(plan: Plan) -> str:
+    """The macro counting the threads that copy the tiles: the producer's, or all."""
+    return "PT_LOADERS" if plan.producer else "PT_THREADS"
+
+
 def _copy_function(writer: CodeWriter, name: str, plan: Plan) -> None:
     """pt_wg_copy_a / _b: one operand tile into a swizzled stage with cp.async, shared
     out among the block's threads, or the producer's (tid counted from 0). The producer
     unrolls by 4 only: fully unrolled, its hoisted addresses outgrow the registers that
     the MMA warpgroups' launch bounds leave it (ptxas spills)."""
-    copiers = "PT_LOADERS" if plan.producer else "PT_THREADS"
+    copiers = _copiers(plan)
     if name == "a":
         rows, chunks = "BLOCK_M", "(PT_TK / 8)"
         where = "int row_hi, int col_hi"
@@ -377,7 +382,7 @@ def _hoisted_copies(writer: CodeWriter, stage: str, k0: str, thread: str, keep: 
 
 def _inside_copy(plan: Plan) -> str:
     """address-hoisting's copy of an inside tile (see _hoisted_copies)."""
-    copiers = "PT_LOADERS" if plan.producer else "PT_THREADS"
+    copiers = _copiers(plan)
     return f"""\
 // address-hoisting: a tile wholly inside its matrix (and 16-byte aligned rows). Copier
 // thread i copies chunk `ch` of rows r0, r0 + PER, ...: `src` is its first chunk, `step`
