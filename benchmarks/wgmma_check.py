@@ -1,7 +1,8 @@
 """The wgmma transformation on this machine's Hopper GPU, side by side with cuBLAS.
 
 Builds the reference applier's wgmma sequence, with warp-specialize, and each of the two
-with address-hoisting, at the same hand-picked tuning points (`--points N`: the first N),
+with address-hoisting or tma (`--kernels`), at the same hand-picked tuning points
+(`--points N`: the first N),
 then compiles, validates (the spec's check sizes and the small odd ones of
 cuda_reference_check: 1x1x1, 31x17x5, 130x129x2) and times each through the CUDA backend
 at --size, fp16 in and out with fp32 accumulation; cuBLAS is timed by the same worker.
@@ -44,7 +45,8 @@ WGMMA = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "
 SPECIALISED = (*WGMMA[:-1], "warp-specialize", "block-swizzle")
 # timed side by side at every point, by the prefix of their rows' names
 KERNELS = {"": WGMMA, "ws ": SPECIALISED, "hoisted ": (*WGMMA, "address-hoisting"),
-           "ws hoisted ": (*SPECIALISED, "address-hoisting")}
+           "ws hoisted ": (*SPECIALISED, "address-hoisting"), "tma ": (*WGMMA, "tma"),
+           "ws tma ": (*SPECIALISED, "tma")}
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
         "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1}
 POINTS = (  # overrides of BASE, timed at --size; --points N times the first N
@@ -80,6 +82,13 @@ VALIDATE_ONLY = (  # (label, sequence, overrides): odd sizes only
     ("specialised 256x128 TK128", SPECIALISED, {"BLOCK_M": 256, "BLOCK_N": 128,
                                                 "WGMMA_N": 128, "TILE_K_SIZE": 128,
                                                 "NUM_STAGES": 3, "K_SPLITS": 2}),
+    ("tma", KERNELS["tma "], {}),
+    ("tma split-k", KERNELS["tma "] + ("split-k",), {"BLOCK_N": 128, "WGMMA_N": 128}),
+    ("specialised tma", KERNELS["ws tma "], {}),
+    ("specialised tma split-k", KERNELS["ws tma "] + ("split-k",),
+     {"BLOCK_N": 128, "WGMMA_N": 128}),
+    ("specialised tma hoisted 256x128 TK128", KERNELS["ws tma "] + ("address-hoisting",),
+     {"BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 128, "TILE_K_SIZE": 128, "NUM_STAGES": 3}),
 )
 
 
@@ -90,10 +99,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--points", type=int, default=len(POINTS),
                         help="time only the first N points")
+    parser.add_argument("--kernels", default=",".join(k.strip() or "plain" for k in KERNELS),
+                        help="the kernels to time, by name (plain, ws, hoisted, ...)")
     args = parser.parse_args()
+    chosen = {k for k in KERNELS if (k.strip() or "plain") in args.kernels.split(",")}
     device = this_gpu_profile()
     spec = load_spec(ROOT / "seeds" / "matmul")
-    checks = spec.check_sizes + EXTRA_CHECKS + (ProblemSize.of({"M": 200, "N": 136, "K": 1001}),)
+    # K and N multiples of 8, tiles cut at every edge: TMA maps them (odd sizes it cannot)
+    checks = spec.check_sizes + EXTRA_CHECKS + (ProblemSize.of({"M": 200, "N": 136, "K": 1001}),
+                                                ProblemSize.of({"M": 200, "N": 136, "K": 1000}))
     config = EvalConfig(timeout_s=60.0, warmup=3, repeats=args.repeats, max_timing_s=5.0)
     sizes = {"square": ProblemSize.of({"M": args.size, "N": args.size, "K": args.size}),
              "odd": ProblemSize.of({"M": args.odd, "N": args.odd, "K": args.odd})}
@@ -127,7 +141,8 @@ def main() -> int:
             print(f"validate {label:30} {result['status']} {result.get('message', '')[:300]}",
                   flush=True)
             save()
-        contexts = {prefix: build(sequence, device) for prefix, sequence in KERNELS.items()}
+        contexts = {prefix: build(sequence, device) for prefix, sequence in KERNELS.items()
+                    if prefix in chosen}
         for override in POINTS[:args.points]:
             for prefix, context in contexts.items():
                 try:

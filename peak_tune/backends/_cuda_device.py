@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from peak_tune.backends._cuda_check import Reference, ReferenceCache, failure_count, upload
+from peak_tune.backends._cuda_launch import TensorMapBox
+from peak_tune.backends._cuda_tma import TENSOR_MAP_BYTES, encode, layout_for
 from peak_tune.backends._wire import Timing
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, KernelCrash, UserError
@@ -157,6 +159,18 @@ class DeviceProblem:
 
     def pointer(self, name: str) -> int:
         return int(self.inner[name].data.ptr)
+
+    def tensor_map(self, box: TensorMapBox) -> Any:
+        """The buffer's TMA tensor map in device memory (an array the kernel gets as a
+        pointer), or a null pointer where TMA cannot describe the buffer (_cuda_tma)."""
+        cp = cupy_module()
+        inner = self.inner[box.buffer]
+        layout = layout_for(box, self.shape(box.buffer), inner.itemsize, int(inner.data.ptr))
+        if layout is None:
+            return np.uint64(0)
+        tensor_map = cp.empty(TENSOR_MAP_BYTES, np.uint8)
+        tensor_map.set(np.frombuffer(encode(layout), np.uint8), stream=state.stream)
+        return tensor_map
 
     def check(self) -> None:
         """Raise WrongResult (OutOfBounds for stray writes) unless the run was correct:

@@ -36,7 +36,7 @@ from peak_tune.backends._cuda_device import (
     time_then_check,
     validate,
 )
-from peak_tune.backends._cuda_launch import evaluate_launch, geometry_fits
+from peak_tune.backends._cuda_launch import evaluate_launch, geometry_fits, tensor_map_boxes
 from peak_tune.backends._wire import Timing
 from peak_tune.backends._worker import serve, spec_from_wire
 from peak_tune.core import KernelSpec, ProblemSize
@@ -155,7 +155,10 @@ def _kernel_binder(
                       attributes["shared_static_bytes"], state.shared_limit)
         if geometry.shared_bytes > function.max_dynamic_shared_size_bytes:
             function.max_dynamic_shared_size_bytes = geometry.shared_bytes
-        args = device.kernel_args()
+        buffers = [arg.name for arg in device.reference.spec.args if arg.kind == "buffer"]
+        maps = tuple(device.tensor_map(box)
+                     for box in tensor_map_boxes(launch, names, buffers))
+        args = device.kernel_args() + maps  # maps after the spec's arguments
 
         def run() -> None:
             function(geometry.grid, geometry.block, args, shared_mem=geometry.shared_bytes)

@@ -31,7 +31,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from peak_tune.backends._cuda_launch import check_launch, evaluate_launch, geometry_fits
+from peak_tune.backends._cuda_launch import (
+    check_launch,
+    evaluate_launch,
+    geometry_fits,
+    tensor_map_boxes,
+)
 from peak_tune.backends._ncu import ProfileReport, find_cuda_tool, profile_request
 from peak_tune.backends._nvrtc import (
     Compiled,
@@ -216,6 +221,8 @@ class CudaBackend:
         context, params = request.context, request.params
         check_launch(context.launch, set(request.spec.size_symbols) | set(params))
         require_size_constraints(context, params, size)
+        tensor_map_boxes(context.launch, {**size.as_dict(), **params},
+                         [arg.name for arg in request.spec.args if arg.kind == "buffer"])
         return {
             "op": "evaluate",
             "cubin": artifact.path,

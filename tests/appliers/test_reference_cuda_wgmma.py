@@ -15,7 +15,7 @@ import pytest
 
 from peak_tune.appliers.reference.cuda_matmul import Plan, apply_transformation
 from peak_tune.appliers.reference.cuda_matmul.plan import dump_plan, load_plan
-from peak_tune.backends._cuda_launch import evaluate_launch
+from peak_tune.backends._cuda_launch import evaluate_launch, tensor_map_boxes
 from peak_tune.backends._nvrtc import compile_cubin, include_dir
 from peak_tune.backends.cuda import CudaBackend
 from peak_tune.catalog.loaders import load_device
@@ -31,7 +31,8 @@ WGMMA = (*PREFIX, "wgmma", "block-swizzle")
 SPECIALISED = (*PREFIX, "wgmma", "warp-specialize", "block-swizzle")
 KERNELS = {"wgmma": WGMMA, "warp-specialize": SPECIALISED,
            "wgmma hoisted": (*WGMMA, "address-hoisting"),
-           "warp-specialize hoisted": (*SPECIALISED, "address-hoisting")}
+           "warp-specialize hoisted": (*SPECIALISED, "address-hoisting"),
+           "wgmma tma": (*WGMMA, "tma"), "warp-specialize tma": (*SPECIALISED, "tma")}
 POINT = {"BLOCK_M": 256, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 3, "WGMMA_N": 128,
          "SWIZZLE_GROUP": 8}
 
@@ -129,6 +130,11 @@ def _shape(point: dict[str, int]) -> str:
     ("warp-specialize hoisted", {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256,
                                  "NUM_STAGES": 4}),
     ("warp-specialize hoisted", {**POINT, "NUM_STAGES": 3}),
+    ("wgmma tma", POINT),
+    ("wgmma tma", {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4}),
+    ("warp-specialize tma", {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256,
+                             "NUM_STAGES": 4}),
+    ("warp-specialize tma", {**POINT, "BLOCK_M": 128, "TILE_K_SIZE": 128}),
 ], ids=lambda p: p if isinstance(p, str) else _shape(p))
 def test_warpgroup_kernels_build_for_sm_90a_without_local_memory(
     kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
@@ -295,3 +301,45 @@ def test_address_hoisting_needs_wgmma_and_changes_only_the_copies(
     assert hoisted.launch == plain.launch and hoisted.constraints == plain.constraints
     with pytest.raises(InvalidPoint, match="already applied"):
         apply_transformation(hoisted, loose["address-hoisting"], h200)
+
+
+def test_tma_needs_wgmma_and_asks_the_backend_for_two_maps(cuda_catalog, cuda_seed, h200):
+    assert cuda_catalog["tma"].requires == ("wgmma",)
+    loose = {tid: dataclasses.replace(t, requires=(), conflicts=())
+             for tid, t in cuda_catalog.items()}
+    with pytest.raises(InvalidPoint, match="needs the swizzled stages of wgmma"):
+        build(cuda_seed, (*PREFIX, "tma"), loose, h200)
+    plain = build(cuda_seed, WGMMA, cuda_catalog, h200)
+    loaded = build(cuda_seed, KERNELS["wgmma tma"], cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="already applied"):
+        apply_transformation(loaded, loose["tma"], h200)
+    assert "tma_A" not in plain.source and "cp.async.bulk.tensor" not in plain.source
+    assert "const void *__restrict__ tma_A, const void *__restrict__ tma_B)" in loaded.source
+    assert loaded.launch == {**plain.launch, "tma_A": "BLOCK_M, 64, 128",
+                             "tma_B": "TILE_K_SIZE, 64, 128",
+                             "shared_bytes": plain.launch["shared_bytes"] + " + 16 * NUM_STAGES"}
+    point = {**POINT, "M": 4096, "N": 4096, "K": 4096}
+    boxes = tensor_map_boxes(loaded.launch, point, ["A", "B", "C"])
+    assert [(b.buffer, b.rows, b.cols, b.swizzle) for b in boxes] == [
+        ("A", 256, 64, 128), ("B", 64, 64, 128)]
+    assert not all(evaluate_bool(c, {**POINT, "TILE_K_SIZE": 512}) for c in loaded.constraints)
+
+
+@pytest.mark.parametrize("kernel", ["wgmma tma", "warp-specialize tma"])
+def test_tma_kernels_keep_the_cp_async_copies_for_matrices_without_maps(
+    kernel, cuda_catalog, cuda_seed, h200
+):
+    """One thread issues the tile copies, which a byte-counting mbarrier waits for; the
+    cp.async copies stay, for a null map."""
+    source = build(cuda_seed, KERNELS[kernel], cuda_catalog, h200).source
+    kernel_text = source.split('extern "C"')[1]
+    for ptx in ("cp.async.bulk.tensor.2d.shared::cluster.global.tile",
+                ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4]",
+                "mbarrier.arrive.expect_tx.shared::cta.b64",
+                "fence.proxy.tensormap::generic.acquire"):
+        assert ptx in source, ptx
+    assert "const bool pt_tma = tma_A != nullptr && tma_B != nullptr" in kernel_text
+    tma_part, copy_part = kernel_text.split("if (pt_tma)", 1)[1].split("pt_wg_copy_a", 1)
+    assert "pt_tma_tiles" in tma_part and "pt_tma_tiles" not in copy_part
+    assert "pt_bar_init(&pt_full[s], " + (
+        "pt_tma ? 1 : PT_LOADERS" if kernel == "warp-specialize tma" else "1") in kernel_text

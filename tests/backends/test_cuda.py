@@ -251,3 +251,37 @@ def test_ncu_profiles_one_launch_at_the_timed_size(
     assert float(report.metrics["Compute (SM) Throughput"][0].replace(",", "")) > 0
     assert report.summary().startswith("SM ")
     assert '"Grid Size"' in report.raw  # the CSV header a person can open
+
+
+# ---------------------------------------------------------------- TMA tensor maps
+
+TMA_SEQUENCES = {
+    "tma": ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "wgmma",
+            "tma"),
+    "warp-specialize tma": ("refactor", "tb-tiling", "tensor-core", "vector-loads",
+                            "pipelining", "wgmma", "warp-specialize", "tma"),
+}
+TMA_POINT = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 3,
+             "WGMMA_N": 128}
+
+
+@pytest.mark.parametrize("kernel", list(TMA_SEQUENCES))
+@pytest.mark.parametrize("size", [SQUARE, ProblemSize.of({"M": 200, "N": 136, "K": 1000}), ODD],
+                         ids=["512", "edges 200x136x1000", "odd, no maps"])
+def test_tma_kernels_validate_with_the_backends_tensor_maps(
+    backend: CudaBackend, profile: DeviceProfile, spec: KernelSpec, build_dir: str,
+    kernel: str, size: ProblemSize,
+) -> None:
+    """The maps (K and N multiples of 8) load edge tiles with zeros; at odd sizes the
+    backend passes null and the kernel's cp.async copies run."""
+    if profile.facts.get("arch") != "sm_90a":
+        pytest.skip(reason=f"wgmma and TMA need sm_90a, not {profile.facts.get('arch')}")
+    from peak_tune.appliers.reference.cuda_matmul import apply_transformation
+    from peak_tune.catalog.loaders import load_transformations
+
+    catalog = load_transformations([ROOT / "transforms" / "cuda"])
+    context = seed_context(spec, "cuda")
+    for step in TMA_SEQUENCES[kernel]:
+        context = apply_transformation(context, catalog[step], profile)
+    measurement = run(backend, spec, build_dir, context, TMA_POINT, dtype="float16", size=size)
+    assert measurement.gflops > 0

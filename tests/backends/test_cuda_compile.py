@@ -16,13 +16,14 @@ import pytest
 
 from peak_tune.backends import make_backend
 from peak_tune.backends._cuda_device import Timing
-from peak_tune.backends._cuda_launch import evaluate_launch
+from peak_tune.backends._cuda_launch import TensorMapBox, evaluate_launch, tensor_map_boxes
+from peak_tune.backends._cuda_tma import TensorMapLayout, layout_for
 from peak_tune.backends._nvrtc import (
     compile_cubin,
     cubin_resources,
     ptxas_resources,
 )
-from peak_tune.backends.base import EvalConfig, EvalRequest
+from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend, profile_for_gpu
 from peak_tune.catalog.loaders import load_device, load_devices, load_spec
 from peak_tune.catalog.types import DeviceProfile
@@ -221,6 +222,9 @@ def test_launch_that_depends_on_sizes_is_left_to_the_worker(
         ({}, "has no launch geometry"),
         ({**LAUNCH, "threads": "256"}, r"unknown launch key\(s\) \['threads'\]"),
         ({"grid_x": "1"}, "launch needs block_x"),
+        ({**LAUNCH, "tma_A": "64, 64"}, r'expected "ROWS, COLS, SWIZZLE"'),
+        ({**LAUNCH, "tma_A": "64, 64, 128 +"}, "launch tma_A"),
+        ({**LAUNCH, "tma_": "64, 64, 0"}, r"unknown launch key\(s\) \['tma_'\]"),
     ],
 )
 def test_malformed_launch_is_a_compile_error(
@@ -239,6 +243,43 @@ def test_launch_expressions_evaluate_over_sizes_and_parameters() -> None:
     assert geometry.shared_bytes == 128 and geometry.threads == 32
     with pytest.raises(InvalidPoint, match="grid extent y = 70000"):
         evaluate_launch({"grid_x": "1", "grid_y": "70000", "block_x": "1"}, {})
+
+
+def test_tensor_maps_follow_the_spec_buffer_order_and_boxes_tma_can_move() -> None:
+    launch = {**LAUNCH, "tma_B": "TK, 64, 128", "tma_A": "BM, 64, 128"}
+    boxes = tensor_map_boxes(launch, {"BM": 128, "TK": 32}, ["A", "B", "C"])
+    assert boxes == [TensorMapBox("A", 128, 64, 128), TensorMapBox("B", 32, 64, 128)]
+    with pytest.raises(CompileError, match=r"tensor maps of \['D'\], which are not buffers"):
+        tensor_map_boxes({**LAUNCH, "tma_D": "8, 8, 0"}, {}, ["A", "B", "C"])
+    with pytest.raises(InvalidPoint, match="each side must be 1..256"):
+        tensor_map_boxes(launch, {"BM": 512, "TK": 32}, ["A", "B", "C"])
+    with pytest.raises(InvalidPoint, match="swizzle of A is 96 bytes"):
+        tensor_map_boxes({"tma_A": "8, 8, 96"}, {}, ["A"])
+
+
+def test_tensor_map_layout_is_innermost_first_and_null_where_tma_cannot_map() -> None:
+    box = TensorMapBox("A", 128, 64, 128)
+    layout = layout_for(box, (4096, 1000), 2, 0x7F0000000100)
+    assert layout == TensorMapLayout(data_type=1, address=0x7F0000000100, dims=(1000, 4096),
+                                     pitch=2000, box=(64, 128), swizzle_mode=3)
+    assert layout_for(box, (4096, 1001), 2, 0x7F0000000100) is None  # pitch 2002 bytes
+    assert layout_for(box, (4096, 1000), 2, 0x7F0000000102) is None  # address
+    with pytest.raises(InvalidPoint, match="wider than its 64-byte swizzle"):
+        layout_for(TensorMapBox("A", 8, 64, 64), (64, 64), 2, 0)
+    with pytest.raises(InvalidPoint, match="not a multiple of 16"):
+        layout_for(TensorMapBox("A", 8, 12, 0), (64, 64), 2, 0)
+
+
+def test_request_for_a_tensor_map_of_no_buffer_fails_before_the_gpu(
+    backend: CudaBackend, spec: KernelSpec
+) -> None:
+    context = context_of(TILE_SOURCE, launch={**LAUNCH, "tma_X": "8, 8, 0"})
+    request = EvalRequest(spec=spec, context=context, params={"TILE": 8}, dtype="float32",
+                          size=ProblemSize.of({"M": 64, "N": 64, "K": 64}),
+                          check_sizes=(), config=EvalConfig())
+    artifact = Artifact("unused.cubin", "key")
+    with pytest.raises(CompileError, match="not buffers of the kernel"):
+        backend._request(artifact, request, request.size)
 
 
 def test_slow_kernels_get_fewer_timed_runs() -> None:

@@ -31,6 +31,8 @@ __all__ = ["emit_source"]
 
 _SIGNATURE = ("(const DTYPE *__restrict__ A, const DTYPE *__restrict__ B, DTYPE *__restrict__ C, "
               "int M, int N, int K)")
+# tma: the backend's tensor maps of A and B (launch keys tma_A, tma_B), or null
+_TMA_PARAMETERS = ", const void *__restrict__ tma_A, const void *__restrict__ tma_B)"
 
 
 def emit_source(plan: Plan, entry: str) -> str:
@@ -38,8 +40,9 @@ def emit_source(plan: Plan, entry: str) -> str:
     _preamble(writer, plan)
     bounds = "__launch_bounds__(PT_THREADS_BOUND, MIN_BLOCKS_PER_SM) " if plan.launch_bounds else ""
     if plan.wgmma:  # its own body (emit_wgmma); registers bounded for every warpgroup
+        signature = _SIGNATURE[:-1] + _TMA_PARAMETERS if plan.tma else _SIGNATURE
         with writer.block(f'extern "C" __global__ void '
-                          f'{bounds or "__launch_bounds__(PT_THREADS) "}{entry}{_SIGNATURE}'):
+                          f'{bounds or "__launch_bounds__(PT_THREADS) "}{entry}{signature}'):
             _block_position(writer, plan)
             _k_range(writer, plan)
             emit_wgmma_kernel(writer, plan)

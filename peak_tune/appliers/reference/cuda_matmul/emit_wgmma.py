@@ -27,7 +27,7 @@ the checked copy's index arithmetic per chunk; edge tiles keep the checked copy.
 from __future__ import annotations
 
 from .emit_compute import emit_split_k_release, emit_split_k_wait
-from .geometry import BARRIER_BYTES
+from .geometry import BARRIER_BYTES, has_barriers
 from .geometry import WGMMA_ALIGN as _ALIGN
 from .plan import Plan
 from .writer import CodeWriter
@@ -83,8 +83,8 @@ __device__ __forceinline__ void pt_wg_fence_acc(float (&d)[R]) {
 
 
 _MBARRIER = """\
-// warp-specialize: mbarriers in shared memory hand each stage from the producer
-// warpgroup to the MMA warpgroups (tile full) and back (stage empty).
+// mbarriers in shared memory hand each stage from whoever fills it to the MMA
+// warpgroups (tile full) and, with warp-specialize, back (stage empty).
 __device__ __forceinline__ unsigned pt_smem_addr(const void *p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
@@ -97,8 +97,17 @@ __device__ __forceinline__ void pt_bar_arrive(unsigned long long *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\\n" :: "r"(pt_smem_addr(bar))
                  : "memory");
 }
-// One arrival, made by the hardware once this thread's cp.async copies issued so far
-// have landed; the thread goes on at once.
+// Wait until the phase of parity `parity` has completed (acquire).
+__device__ __forceinline__ void pt_bar_wait(unsigned long long *bar, unsigned parity) {
+    asm volatile("{\\n.reg .pred done;\\nPT_WAIT:\\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"
+                 "@!done bra PT_WAIT;\\n}\\n" :: "r"(pt_smem_addr(bar)), "r"(parity)
+                 : "memory");
+}"""
+
+_PRODUCER = """\
+// warp-specialize: one arrival, made by the hardware once this thread's cp.async copies
+// issued so far have landed; the thread goes on at once.
 __device__ __forceinline__ void pt_bar_arrive_on_copies(unsigned long long *bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\\n"
                  :: "r"(pt_smem_addr(bar)) : "memory");
@@ -109,13 +118,39 @@ __device__ __forceinline__ void pt_cp_wait_all() {
 // A barrier of the MMA warpgroups alone (named barrier 1; the producer has left).
 __device__ __forceinline__ void pt_consumers_sync() {
     asm volatile("bar.sync 1, %0;\\n" :: "n"(PT_CONSUMERS * 128) : "memory");
-}
-// Wait until the phase of parity `parity` has completed (acquire).
-__device__ __forceinline__ void pt_bar_wait(unsigned long long *bar, unsigned parity) {
-    asm volatile("{\\n.reg .pred done;\\nPT_WAIT:\\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"
-                 "@!done bra PT_WAIT;\\n}\\n" :: "r"(pt_smem_addr(bar)), "r"(parity)
+}"""
+
+_TMA = """\
+// tma: the Tensor Memory Accelerator copies a whole box, a 64-element (128-byte) slab of
+// BLOCK_M or PT_TK rows, swizzled as the stages are, from a tensor map that the backend
+// encodes (launch keys tma_A, tma_B) and passes in global memory; the stage's mbarrier
+// counts the bytes that have landed. Elements outside the matrix arrive as zeros.
+__device__ __forceinline__ void pt_tma_acquire(const void *map) {
+    // the maps were copied from the host before the launch
+    asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\\n" :: "l"(map)
                  : "memory");
+}
+__device__ __forceinline__ void pt_bar_expect(unsigned long long *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n"
+                 :: "r"(pt_smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void pt_tma_load(DTYPE *dst, const void *map, int col, int row,
+                                            unsigned long long *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+                 ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\\n"
+                 :: "r"(pt_smem_addr(dst)), "l"(map), "r"(col), "r"(row),
+                 "r"(pt_smem_addr(bar)) : "memory");
+}
+// The A and B tiles at k0 into `stage`; `bar` completes when all their bytes have landed.
+__device__ __forceinline__ void pt_tma_tiles(DTYPE *stage, const void *ma, const void *mb,
+                                             int bm, int bn, int k0, unsigned long long *bar) {
+    pt_bar_expect(bar, (PT_A_TILE + PT_B_TILE) * sizeof(DTYPE));
+    #pragma unroll
+    for (int i = 0; i < PT_TK / 64; ++i)
+        pt_tma_load(stage + i * (BLOCK_M * 64), ma, k0 + i * 64, bm, bar);
+    #pragma unroll
+    for (int j = 0; j < BLOCK_N / 64; ++j)
+        pt_tma_load(stage + PT_A_TILE + j * (PT_TK * 64), mb, bn + j * 64, k0, bar);
 }"""
 
 
@@ -209,8 +244,12 @@ def emit_wgmma_helpers(writer: CodeWriter, plan: Plan) -> None:
     """Macros, PTX wrappers and the two tile copies (after the CP_ASYNC and MMA snippets)."""
     writer.raw(_PREAMBLE)
     writer.raw(_wgmma_function())
-    if plan.producer:
+    if has_barriers(plan):
         writer.raw(_MBARRIER)
+    if plan.producer:
+        writer.raw(_PRODUCER)
+    if plan.tma:
+        writer.raw(_TMA)
     writer.lines("#define PT_ZERO DTYPE(0.0f)", "")
     _copy_function(writer, "a", plan)
     _copy_function(writer, "b", plan)
@@ -228,7 +267,7 @@ def _copies(writer: CodeWriter, plan: Plan, stage: str, k0: str) -> None:
 
 
 def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
-    extra = f" + {BARRIER_BYTES} * PT_STAGES" if plan.producer else ""
+    extra = f" + {BARRIER_BYTES} * PT_STAGES" if has_barriers(plan) else ""
     writer.lines(
         f"// Dynamic shared memory, launched {_ALIGN} bytes larger so that the stages can",
         f"// start on a {_ALIGN}-byte boundary (the 128-byte swizzle repeats every {_ALIGN}).",
@@ -317,19 +356,63 @@ def _mma_tile(writer: CodeWriter) -> None:
     writer.line("pt_wg_commit();")
 
 
-def _barriers(writer: CodeWriter) -> None:
+def _barriers(writer: CodeWriter, plan: Plan) -> None:
+    """full[s]: one arrival per copying thread (the TMA issuer's counts the bytes too);
+    empty[s] (warp-specialize): one per MMA warp."""
     writer.lines(
-        "// after the stages: full[s] completes when a tile has landed in stage s (one",
-        "// arrival per producer thread), empty[s] when the MMAs that read it are done",
-        "// (one arrival per MMA warp)",
+        "// after the stages: full[s] completes when a tile has landed in stage s,",
+        "// empty[s] when the MMAs that read it are done",
         "unsigned long long *const pt_full = reinterpret_cast<unsigned long long *>("
         "pt_smem + PT_SMEM_ELEMS);",
         "unsigned long long *const pt_empty = pt_full + PT_STAGES;")
+    arrivals = "PT_LOADERS" if plan.producer else "1"
+    if plan.tma and plan.producer:
+        arrivals = "pt_tma ? 1 : PT_LOADERS"
     with writer.block("if (tid == 0)"):
         with writer.unrolled("s", "PT_STAGES"):
-            writer.lines("pt_bar_init(&pt_full[s], PT_LOADERS);",
-                         "pt_bar_init(&pt_empty[s], 4 * PT_CONSUMERS);")
+            writer.line(f"pt_bar_init(&pt_full[s], {arrivals});")
+            if plan.producer:
+                writer.line("pt_bar_init(&pt_empty[s], 4 * PT_CONSUMERS);")
     writer.line("__syncthreads(); // the barriers are initialised for every warp")
+
+
+def _tma_producer_loop(writer: CodeWriter) -> None:
+    writer.line("// the producer's first thread: tile t into stage t % PT_STAGES by TMA once "
+                "the MMAs of tile t - PT_STAGES are done")
+    with writer.block("if (wl == 0)"):
+        writer.lines("pt_tma_acquire(tma_A);", "pt_tma_acquire(tma_B);")
+        with writer.block("for (int t = 0; t < tiles; ++t)"):
+            writer.lines(
+                "const int s = t % PT_STAGES;",
+                "if (t >= PT_STAGES) pt_bar_wait(&pt_empty[s], (t / PT_STAGES + 1) & 1);",
+                "pt_tma_tiles(PT_STAGE(s), tma_A, tma_B, bm, bn, k_lo + t * PT_TK, "
+                "&pt_full[s]);")
+
+
+def _tma_k_loop(writer: CodeWriter, plan: Plan) -> None:
+    """tma without warp-specialize: thread 0 issues each stage's copies, every thread
+    waits on the stage's mbarrier; a stage is refilled after the barrier that says its
+    MMAs are done in every warpgroup."""
+    _barriers(writer, plan)
+    writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
+    with writer.block("if (tid == 0)"):
+        writer.lines("pt_tma_acquire(tma_A);", "pt_tma_acquire(tma_B);")
+        with writer.unrolled("s", "PT_STAGES - 1"):
+            writer.line("if (s < tiles) pt_tma_tiles(PT_STAGE(s), tma_A, tma_B, bm, bn, "
+                        "k_lo + s * PT_TK, &pt_full[s]);")
+    with writer.block("for (int t = 0; t < tiles; ++t)"):
+        writer.lines(
+            "pt_bar_wait(&pt_full[t % PT_STAGES], (t / PT_STAGES) & 1); // tile t has landed",
+            "const DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
+        _mma_tile(writer)
+        writer.lines(
+            "pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
+            "pt_wg_fence_acc(acc);",
+            "__syncthreads(); // ... in every warpgroup: stage (t - 1) % PT_STAGES is free",
+            "const int ahead = t + PT_STAGES - 1;",
+            "if (tid == 0 && ahead < tiles) pt_tma_tiles(PT_STAGE(ahead % PT_STAGES), tma_A, "
+            "tma_B, bm, bn, k_lo + ahead * PT_TK, &pt_full[ahead % PT_STAGES]);")
+    writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
 
 
 def _producer_loop(writer: CodeWriter, plan: Plan) -> None:
@@ -423,9 +506,13 @@ def _consumer_loop(writer: CodeWriter) -> None:
 
 def _specialised(writer: CodeWriter, plan: Plan) -> None:
     """warp-specialize: the last warpgroup copies, the others compute and store."""
-    _barriers(writer)
+    _barriers(writer, plan)
     writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
     with writer.block("if (wg == PT_CONSUMERS)"):
+        if plan.tma:
+            with writer.block("if (pt_tma)"):
+                _tma_producer_loop(writer)
+                writer.line("return;")
         _producer_loop(writer, plan)
         writer.lines("pt_cp_wait_all(); // the copies land before the producer leaves",
                      "return;")
@@ -452,11 +539,20 @@ def emit_wgmma_kernel(writer: CodeWriter, plan: Plan) -> None:
         "const int wg = tid / 128, wl = tid % 128; // warpgroup, thread in it",
         "const int wm = wg / PT_WG_COLS * 64, wn = wg % PT_WG_COLS * WGMMA_N; // its tile")
     _shared_memory(writer, plan)
+    if plan.tma:
+        writer.line("const bool pt_tma = tma_A != nullptr && tma_B != nullptr; "
+                    "// the backend could map both")
     if plan.producer:
         _specialised(writer, plan)
         return
     _accumulators(writer)
-    _k_loop(writer, plan)
+    if plan.tma:
+        with writer.block("if (pt_tma)"):
+            _tma_k_loop(writer, plan)
+        with writer.block("else"):
+            _k_loop(writer, plan)
+    else:
+        _k_loop(writer, plan)
     if plan.split_k:
         emit_split_k_wait(writer)
     _epilogue(writer, plan)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from .plan import Plan
 
-__all__ = ["BARRIER_BYTES", "STATIC_SHARED_LIMIT", "WGMMA_ALIGN", "derived_macros", "launch_of",
+__all__ = ["BARRIER_BYTES", "STATIC_SHARED_LIMIT", "TMA_BOXES", "WGMMA_ALIGN", "derived_macros",
+           "has_barriers", "launch_of",
            "macros_used", "smem_unit", "threads_expression"]
 
 # Tiles up to this many bytes are static shared memory: 48 KiB, the most a block may
@@ -23,8 +24,17 @@ STATIC_SHARED_LIMIT = 49152 - 64
 # The wgmma kernel's stages start on this boundary (the 128-byte swizzle's period): its
 # dynamic shared memory is launched this much larger.
 WGMMA_ALIGN = 1024
-# warp-specialize: two 8-byte mbarriers per stage (tile full, stage empty) after the stages
+# warp-specialize, tma: two 8-byte mbarriers per stage (tile full, stage empty) after the
+# stages
 BARRIER_BYTES = 16
+# tma: the box of one TMA copy is a 64-element (128-byte) slab of a tile row, swizzled like
+# the tiles; A's box is BLOCK_M rows of its K slab, B's TILE_K_SIZE rows of its N slab
+TMA_BOXES = {"tma_A": "BLOCK_M, 64, 128", "tma_B": "TILE_K_SIZE, 64, 128"}
+
+
+def has_barriers(plan: Plan) -> bool:
+    """Whether the wgmma kernel keeps mbarriers after its stages."""
+    return plan.producer or plan.tma
 
 
 def macros_used(plan: Plan) -> tuple[str, ...]:
@@ -156,8 +166,10 @@ def launch_of(plan: Plan) -> dict[str, str]:
         launch["block_x"] = _block_x(plan)
         launch["block_y"] = _block_y(plan)
     if plan.wgmma:  # always dynamic, WGMMA_ALIGN more to align the stages
-        barriers = f" + {BARRIER_BYTES} * NUM_STAGES" if plan.producer else ""
+        barriers = f" + {BARRIER_BYTES} * NUM_STAGES" if has_barriers(plan) else ""
         launch["shared_bytes"] = f"{_smem_elements(plan)} * 2 + {WGMMA_ALIGN}{barriers}"
+        if plan.tma:
+            launch.update(TMA_BOXES)
     elif plan.shared:
         size = f"{_smem_elements(plan)} * {smem_unit(plan)}"
         launch["shared_bytes"] = f"({size} > {STATIC_SHARED_LIMIT}) * {size}"

@@ -13,7 +13,8 @@ changes one part of it. The plan records, part by part, what the code looks like
   tensor cores (mma.sync m16n8k16, one or TENSOR_TILE_M x TENSOR_TILE_N tiles per warp,
   fragments read per element or with ldmatrix), or Hopper warpgroup MMAs (wgmma
   m64nNk16 from 128-byte-swizzled shared tiles through matrix descriptors), the tiles
-  copied by all threads between barriers or by one producer warpgroup (`producer`);
+  copied by all threads between barriers or by one producer warpgroup (`producer`),
+  with cp.async or, where the backend gives tensor maps, TMA (`tma`);
 - epilogue: plain stores, or the split-K hand-over between slices;
 - entry: with or without __launch_bounds__.
 
@@ -60,6 +61,7 @@ class Plan:
     wgmma: bool = False  # wgmma: warpgroups compute with wgmma.mma_async m64nNk16 (sm_90a)
     producer: bool = False  # warp-specialize: one warpgroup copies, mbarriers hand tiles over
     hoisted: bool = False  # address-hoisting: inside tiles copied from addresses set up once
+    tma: bool = False  # tma: whole tiles loaded by the Tensor Memory Accelerator
 
     def but(self, **changes: bool) -> Plan:
         return replace(self, **changes)
@@ -70,7 +72,7 @@ NAIVE = Plan(tiled=False)
 _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
-_LATER = ("wgmma", "producer", "hoisted")
+_LATER = ("wgmma", "producer", "hoisted", "tma")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -114,6 +116,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("wgmma", "vector_b"),
     ("producer", "wgmma"),
     ("hoisted", "wgmma"),
+    ("tma", "wgmma"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),

@@ -235,6 +235,15 @@ def address_hoisting(plan: Plan, device: DeviceProfile) -> Change:
     return Change(plan.but(hoisted=True))
 
 
+def tma(plan: Plan, device: DeviceProfile) -> Change:
+    """The warpgroup kernels' tiles loaded by TMA from the backend's tensor maps."""
+    if not plan.wgmma:
+        raise InvalidPoint("tma needs the swizzled stages of wgmma")
+    _once(plan.tma, "tma: the tiles are already loaded by the Tensor Memory Accelerator")
+    # a TMA box has at most 256 rows: BLOCK_M rows of A, TILE_K_SIZE rows of B
+    return Change(plan.but(tma=True), ("BLOCK_M <= 256", "TILE_K_SIZE <= 256"))
+
+
 def launch_bounds(plan: Plan, device: DeviceProfile) -> Change:
     _tiled(plan, "launch-bounds")
     _once(plan.launch_bounds, "launch-bounds: the kernel already declares its launch bounds")
@@ -262,4 +271,5 @@ RULES: Mapping[str, Rule] = {
     "wgmma": wgmma,
     "warp-specialize": warp_specialize,
     "address-hoisting": address_hoisting,
+    "tma": tma,
 }
