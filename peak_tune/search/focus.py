@@ -5,11 +5,16 @@ every group of parameters the study has ever seen and from every trial: with the
 catalog's ~25 groups an ask cost 0.2-0.3 s on a 2-core VM, which capped a study at about
 4 trials/s whatever the GPUs could do. Two wrappers, both transparent to TPE:
 
-- `HistoryWindow` shows the sampler every unfinished trial (the constant liar needs
+- `HistoryWindow` shows the sampler every running trial (the constant liar needs
   them), the best finished ones and the most recent ones, so an ask costs the same at
   trial 5000 as at 200. TPE's "good" set is the best tenth of what it sees, at most 25
   trials: with `keep_best` >= 25 it is what the whole history would give; the "bad" set
   becomes the recent part of the rest. Until a study outgrows the window nothing changes.
+- The window also spares TPE's group decomposition its repeats: TPE keeps its groups
+  between asks but adds every trial's parameter set to them again at every ask, and
+  adding a set it has seen changes nothing, so it is shown only the trials whose set of
+  parameter names is new (at the CUDA catalog's ~200 trials and ~50 groups that was a
+  tenth of every ask).
 - `SequenceFirst` samples the parameters that choose the sequence (`use.<id>`,
   `step.<i>`) first, then only the groups of the transformations chosen: the tile sizes
   of a step the trial does not use are never drawn, and they were most of the groups.
@@ -31,6 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 __all__ = ["HistoryWindow", "ParamRoles", "SequenceFirst"]
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+_UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
 
 
 class ParamRoles(Protocol):
@@ -79,7 +85,7 @@ class _Forwarding(BaseSampler):
 
 class HistoryWindow(_Forwarding):
     """`inner` samples from the best `keep_best` completed trials, the latest
-    `keep_recent` finished ones and every unfinished one."""
+    `keep_recent` finished ones and every running or waiting one."""
 
     def __init__(self, inner: BaseSampler, keep_best: int = 50, keep_recent: int = 150) -> None:
         if keep_best < 1 or keep_recent < 1:
@@ -87,13 +93,28 @@ class HistoryWindow(_Forwarding):
         super().__init__(inner)
         self.keep_best = keep_best
         self.keep_recent = keep_recent
+        self._shapes_seen: set[frozenset[str]] = set()  # parameter sets shown to the groups
+        self._kept: set[int] = set()  # the window's finished trials, by number ...
+        self._kept_for = (-1, -1)  # ... for this many trials and finished trials
 
     def _view(self, study: optuna.Study) -> optuna.Study:
         return _WindowedStudy(study, self)  # type: ignore[return-value]  # duck-typed
 
     def infer_relative_search_space(self, study: optuna.Study,
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return self.inner.infer_relative_search_space(self._view(study), trial)
+        view = _WindowedStudy(study, self, new_shapes_only=_decomposes_in_groups(self.inner))
+        return self.inner.infer_relative_search_space(view, trial)  # type: ignore[arg-type]
+
+    def new_shapes(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+        """The trials whose set of parameter names has not been shown before (and are
+        finished: a running trial's set may still grow); they count as shown now."""
+        fresh = []
+        for trial in trials:
+            shape = frozenset(trial.distributions)
+            if trial.state in _FINISHED and shape not in self._shapes_seen:
+                self._shapes_seen.add(shape)
+                fresh.append(trial)
+        return fresh
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -105,24 +126,31 @@ class HistoryWindow(_Forwarding):
                                              param_distribution)
 
     def window(self, trials: list[FrozenTrial], direction: StudyDirection) -> list[FrozenTrial]:
-        """The trials the sampler sees, in study order."""
+        """The trials the sampler sees, in study order (failed ones never: TPE ignores
+        them). The kept numbers are worked out again only when a trial has finished or
+        started since the last call: an ask calls this once per parameter group."""
         finished = [t for t in trials if t.state in _FINISHED]
         if len(finished) <= self.keep_best + self.keep_recent:
-            return trials
-        sign = 1.0 if direction == StudyDirection.MAXIMIZE else -1.0
-        complete = (t for t in finished if t.state == TrialState.COMPLETE and t.values)
-        kept = {t.number for t in heapq.nlargest(self.keep_best, complete,
-                                                 key=lambda t: sign * t.values[0])}
-        kept.update(t.number for t in finished[-self.keep_recent:])
-        return [t for t in trials if t.number in kept or t.state not in _FINISHED]
+            return [t for t in trials if t.state in _FINISHED or t.state in _UNFINISHED]
+        key = (len(trials), len(finished))  # trials only start and finish: the same set
+        if self._kept_for != key:
+            sign = 1.0 if direction == StudyDirection.MAXIMIZE else -1.0
+            complete = (t for t in finished if t.state == TrialState.COMPLETE and t.values)
+            self._kept = {t.number for t in heapq.nlargest(self.keep_best, complete,
+                                                           key=lambda t: sign * t.values[0])}
+            self._kept.update(t.number for t in finished[-self.keep_recent:])
+            self._kept_for = key
+        return [t for t in trials if t.number in self._kept or t.state in _UNFINISHED]
 
 
 class _WindowedStudy:
     """The study as the wrapped sampler sees it: everything as is, but fewer trials."""
 
-    def __init__(self, study: optuna.Study, history: HistoryWindow) -> None:
+    def __init__(self, study: optuna.Study, history: HistoryWindow,
+                 new_shapes_only: bool = False) -> None:
         self._study = study
         self._history = history
+        self._new_shapes_only = new_shapes_only
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._study, name)
@@ -133,11 +161,20 @@ class _WindowedStudy:
         if not self._study._is_multi_objective():  # Pareto fronts need every trial
             every = self._history.window(every, self._study.direction)
         chosen = every if states is None else [t for t in every if t.state in states]
+        if self._new_shapes_only:
+            chosen = self._history.new_shapes(chosen)
         return copy.deepcopy(chosen) if deepcopy else chosen
 
     def get_trials(self, deepcopy: bool = True,
                    states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         return self._get_trials(deepcopy, states)
+
+
+def _decomposes_in_groups(sampler: BaseSampler) -> bool:
+    """TPE with group=True: its group decomposition only ever refines, so a parameter set
+    it has been given once never changes it again."""
+    return isinstance(sampler, optuna.samplers.TPESampler) and bool(
+        getattr(sampler, "_group", False))
 
 
 class SequenceFirst(_Forwarding):

@@ -65,6 +65,34 @@ def test_a_study_inside_the_window_samples_exactly_as_plain_tpe():
     assert run(windowed) == run(plain)
 
 
+def conditional(trial: optuna.Trial) -> float:
+    """Branches with parameters of their own (TPE's groups), and some failures."""
+    branch = trial.suggest_categorical("branch", ["a", "b", "c"])
+    x = trial.suggest_float(f"x_{branch}", -4.0, 4.0)
+    if branch == "b":
+        x += trial.suggest_int("shift", -2, 2)
+    if branch == "c" and x > 3.0:
+        raise RuntimeError("fails, as a kernel that does not build")
+    return -(x - 1.0) ** 2
+
+
+def test_grouped_tpe_shown_only_new_parameter_sets_samples_as_plain_tpe():
+    """The group decomposition is given each set of parameter names once, and failed
+    trials never: the same draws as TPE that sees everything at every ask."""
+    def run(sampler: optuna.samplers.BaseSampler) -> list[dict[str, Any]]:
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        study.optimize(conditional, n_trials=40, catch=(RuntimeError,))
+        return [t.params for t in study.trials]
+
+    def tpe() -> optuna.samplers.TPESampler:
+        return optuna.samplers.TPESampler(seed=5, multivariate=True, group=True,
+                                          n_startup_trials=5)
+
+    windowed = run(HistoryWindow(tpe()))
+    assert windowed == run(tpe())
+    assert {p["branch"] for p in windowed} == {"a", "b", "c"}
+
+
 def test_the_window_keeps_finding_the_optimum():
     study = optuna.create_study(direction="maximize", sampler=HistoryWindow(
         optuna.samplers.TPESampler(seed=1, multivariate=True), keep_best=10, keep_recent=20))
