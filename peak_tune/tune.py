@@ -482,11 +482,13 @@ class TuneSession:
         return max(self.executor.slots, self.apply_workers)
 
     def _pull_other_drivers(self) -> None:
-        """Every few seconds, take in trials other drivers of this study finished."""
+        """Take in trials other drivers of this study finished, as the study writer
+        reports them; every few seconds ask it to look again."""
+        self.mirror.take_pulled()
         now = time.monotonic()
         if now - self._last_pull >= PULL_EVERY_S:
             self._last_pull = now
-            self.mirror.pull()
+            self.mirror.request_pull()
 
     def _journal_llm_calls(self) -> None:
         self._journal.write(self.applier, self.study.study_name)

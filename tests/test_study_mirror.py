@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import pytest
 
+from peak_tune.errors import UserError
 from peak_tune.storage import open_storage, results_storage_url
 from peak_tune.study_mirror import StudyMirror, open_mirrored_study
 
@@ -63,3 +65,21 @@ def test_two_drivers_of_one_study_see_each_other_without_duplicates(tmp_path: Pa
     a.close()
     b.close()
     assert len(optuna.load_study(study_name="shared", storage=url).trials) == 5
+
+
+def test_a_trial_the_storage_refuses_is_a_clear_error_on_the_next_call(tmp_path: Path) -> None:
+    mirror = _driver(results_storage_url(tmp_path))
+    trial = mirror.working.ask()
+    trial.set_user_attr("unstorable", object())  # memory takes it, the database cannot
+    mirror.working.tell(trial, 1.0)
+    mirror.finished(trial.number)
+    with pytest.raises(UserError, match="writing to the study storage failed"):
+        mirror.flush()
+
+
+def test_a_killed_writer_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
+    mirror = _driver(results_storage_url(tmp_path))
+    mirror._writer.kill()
+    mirror._writer.join()
+    with pytest.raises(UserError, match="study writer process ended unexpectedly"):
+        mirror.flush()
