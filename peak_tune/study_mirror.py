@@ -109,6 +109,9 @@ class StudyMirror:
             self._inbox.put(("close", None))
             self._wait_for("closed")
         self._writer.join(timeout=10)
+        for channel in (self._inbox, self._outbox):
+            channel.close()
+            channel.join_thread()
         self._raise_failure()
 
     # ------------------------------------------------------------- the replies

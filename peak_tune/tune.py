@@ -52,6 +52,7 @@ __all__ = ["TrialRecord", "TuneConfig", "TuneSession", "open_session"]
 
 log = logging.getLogger(__name__)
 
+SLOW_FACTOR = 5.0  # a kernel this many times slower than the best is timed once
 PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
 
 
@@ -543,10 +544,11 @@ class TuneSession:
         return int(getattr(llm_config, "concurrency", 1)) if self.config.applier == "llm" else 1
 
     def _job(self, variant: KernelContext, params: dict[str, int]) -> EvalJob:
-        """The point at every tuned size; far slower than the best so far is timed once."""
+        """The point at every tuned size; one more than SLOW_FACTOR times slower than the
+        best so far is timed once (its exact speed does not matter to the search)."""
         best = [self.best_median_ms(size) for size in self.sizes]
         return EvalJob(variant, params, tuple(self.sizes),
-                       tuple(20 * ms if ms else 0.0 for ms in best))
+                       tuple(SLOW_FACTOR * ms if ms else 0.0 for ms in best))
 
     def _finish(self, item: _Started) -> TrialRecord:
         def ended(status: Status, message: str = "", gflops: float = 0.0,

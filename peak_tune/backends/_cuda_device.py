@@ -11,7 +11,9 @@ failing run comes back to the host, where validation.check_outputs names the fai
 Timing: on one non-default stream, for each run: outputs poisoned (memset 0xFF, a NaN in
 every float type), L2 flushed by writing a buffer twice its size, then CUDA events around
 the launch alone on that stream; `warmup` runs first, at most `repeats` timed runs, and
-the last timed run's output is checked. Kernels and cuBLAS go through the same code.
+the last timed run's output is checked (inputs of another seed than the validation's: a
+kernel that hands back a result it kept cannot pass both). Kernels and cuBLAS go through
+the same code.
 """
 
 from __future__ import annotations
@@ -231,19 +233,22 @@ def _flush_l2(round_: int) -> None:
 def validate(
     spec: KernelSpec, size: ProblemSize, dtype: str, seed: int, bind: Binder,
     on_host: bool = False,
-) -> None:
+) -> float:
     """Fresh guarded buffers from the seed's inputs, poisoned outputs: run once and check
-    (raises WrongResult). `on_host`: nothing cached, checked on the host, so the device
-    runs the copies and the kernel alone (for compute-sanitizer)."""
+    (raises WrongResult); the run's wall time in ms. `on_host`: nothing cached, checked
+    on the host, so the device runs the copies and the kernel alone (compute-sanitizer)."""
     problem = make_problem(spec, size, dtype, seed) if on_host else None
     device = _device_problem(spec, size, dtype, seed, problem)
+    began = time.perf_counter()
     with phase("run"):
         guarded(bind(device))
+    ran_ms = (time.perf_counter() - began) * 1e3
     with phase("check"):
         if problem is None:
             device.check()
         else:
             device.check_on_host(problem)
+    return ran_ms
 
 
 def _device_problem(
@@ -257,9 +262,12 @@ def _device_problem(
 
 
 def time_then_check(
-    spec: KernelSpec, size: ProblemSize, dtype: str, seed: int, bind: Binder, timing: Timing
+    spec: KernelSpec, size: ProblemSize, dtype: str, seed: int, bind: Binder, timing: Timing,
+    validated_ms: float = 0.0,
 ) -> list[float]:
-    """Samples in ms (CUDA events around each launch), then the last output checked."""
+    """Samples in ms (CUDA events around each launch), then the last output checked.
+    `validated_ms`: how long the validation run just before took; a kernel slower than
+    the slow cutoff is warm from it and gets its single timed run without a warm-up."""
     cp = cupy_module()
     device = _device_problem(spec, size, dtype, seed, None)
     run = bind(device)
@@ -282,8 +290,11 @@ def time_then_check(
 
     with phase("timing"):
         estimate_ms: float | None = None
-        for _ in range(timing.warmup):
+        slow = 0 < timing.slow_cutoff_ms < validated_ms
+        for _ in range(0 if slow else timing.warmup):
             estimate_ms = timed()
+        if slow:
+            estimate_ms = validated_ms
         samples_ms: list[float] = []
         target = timing.repeats if estimate_ms is None else timing.repeat_count(estimate_ms)
         while len(samples_ms) < target:

@@ -207,7 +207,7 @@ class CudaBackend:
     # ------------------------------------------------------------ run
 
     def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
-        """Validate at the check sizes and twice at the size, time, check again."""
+        """Validate at the check sizes and at the size, time, check again (another seed)."""
         self._device_info()
         message = self._request(artifact, request, request.size)
         reply = self._call(message, request.config.timeout_s)
