@@ -11,17 +11,26 @@ written and a read of the whole study (for other drivers' trials) takes about a 
 at 1000 trials, all of it holding the interpreter lock the sampler needs. It also reads
 what other drivers of the same study finished, when asked (`request_pull`), and the
 driver takes those trials in before asking (`take_pulled`).
+
+It is `python -m peak_tune.study_mirror IN_FD OUT_FD`, pickled messages over two pipes
+(not a multiprocessing child: spawning one re-imports the caller's main module, which
+runs a user's script again unless it is guarded by `if __name__ == "__main__"`). When
+the driver ends, even killed, the writer reads the end of its pipe, having written
+everything sent before, and exits.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import queue
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import Any, NoReturn
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -37,6 +46,9 @@ log = logging.getLogger(__name__)
 DRIVER_ATTR = "peak_tune:driver"  # system attribute: which driver finished the trial
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 _REPLY_WAIT_S = 1.0  # how often a wait for the writer checks that it is still alive
+_CLOSE_WAIT_S = 10.0
+
+Message = tuple[str, Any]
 
 
 class StudyMirror:
@@ -45,27 +57,38 @@ class StudyMirror:
 
     def __init__(self, working: optuna.Study, persistent: optuna.Study, url: str,
                  known: set[int]) -> None:
+        from peak_tune.backends._worker import _child_env
+
         self.working = working
         self.persistent = persistent
         self.driver = uuid.uuid4().hex
-        context = multiprocessing.get_context("spawn")  # the driver has threads: no fork
-        self._inbox: Any = context.Queue()
-        self._outbox: Any = context.Queue()
         self._failure = ""
         self._pulled: list[FrozenTrial] = []  # trials of other drivers, not yet taken in
         self._pulls_pending = 0
-        self._writer = context.Process(
-            target=_serve, name="study-writer", daemon=True,
-            args=(url, persistent.study_name, self.driver, known, self._inbox,
-                  self._outbox))
-        self._writer.start()
+        to_writer, writer_in = _pipe()
+        writer_out, from_writer = _pipe()
+        self._writer = subprocess.Popen(
+            [sys.executable, "-m", "peak_tune.study_mirror", str(writer_in.fileno()),
+             str(writer_out.fileno())],
+            pass_fds=(writer_in.fileno(), writer_out.fileno()), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, env=_child_env())
+        writer_in.close()
+        writer_out.close()
+        self._replies = from_writer
+        # sent from a thread of its own: a full pipe (a slow database) never blocks the
+        # driver
+        self._outgoing: queue.Queue[Message | None] = queue.Queue()
+        self._sender = threading.Thread(target=self._send_loop, args=(to_writer,),
+                                        name="study-writer-feed", daemon=True)
+        self._sender.start()
+        self._outgoing.put(("open", (url, persistent.study_name, self.driver, known)))
 
     # ------------------------------------------------------------- reading in
 
     def request_pull(self) -> None:
         """Ask the writer for the finished trials of other drivers (and earlier runs)
         that the working study lacks; `take_pulled` adds them once they arrive."""
-        self._inbox.put(("pull", None))
+        self._outgoing.put(("pull", None))
         self._pulls_pending += 1
 
     def take_pulled(self) -> int:
@@ -90,8 +113,8 @@ class StudyMirror:
         """Queue the working study's trial `number`, just told, for the persistent one."""
         self._raise_failure()
         trial = self.working.get_trials(deepcopy=False)[number]
-        self._inbox.put(("trial", _copy(trial, {**trial.system_attrs,
-                                                 DRIVER_ATTR: self.driver})))
+        self._outgoing.put(("trial", _copy(trial, {**trial.system_attrs,
+                                                    DRIVER_ATTR: self.driver})))
 
     def set_user_attr(self, key: str, value: object) -> None:
         self.working.set_user_attr(key, value)
@@ -99,20 +122,31 @@ class StudyMirror:
 
     def flush(self) -> None:
         """Wait until every queued trial is in the persistent study."""
-        self._inbox.put(("flush", None))
+        self._outgoing.put(("flush", None))
         self._wait_for("flushed")
         self._raise_failure()
 
     def close(self) -> None:
-        if self._writer.is_alive():
-            self._inbox.put(("flush", None))
-            self._inbox.put(("close", None))
+        if self._writer.poll() is None:
+            self._outgoing.put(("flush", None))
+            self._outgoing.put(("close", None))
             self._wait_for("closed")
-        self._writer.join(timeout=10)
-        for channel in (self._inbox, self._outbox):
-            channel.close()
-            channel.join_thread()
+        self._outgoing.put(None)
+        self._sender.join(timeout=_CLOSE_WAIT_S)
+        self._replies.close()
+        try:
+            self._writer.wait(timeout=_CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self._writer.kill()
         self._raise_failure()
+
+    def _send_loop(self, to_writer: Connection) -> None:
+        with to_writer:
+            while (message := self._outgoing.get()) is not None:
+                try:
+                    to_writer.send(message)
+                except OSError:  # the writer is gone; waits for it say so
+                    return
 
     # ------------------------------------------------------------- the replies
 
@@ -123,18 +157,16 @@ class StudyMirror:
     def _reply(self, block: bool) -> str | None:
         """Take in one reply of the writer (waiting for it if `block`); its kind, or None
         when none has come and `block` is false."""
-        while True:
-            try:
-                kind, payload = (self._outbox.get(timeout=_REPLY_WAIT_S) if block
-                                 else self._outbox.get_nowait())
-                break
-            except queue.Empty:
-                if not block:
-                    return None
-                if not self._writer.is_alive():
-                    raise UserError("the study writer process ended unexpectedly (exit "
-                                    f"code {self._writer.exitcode}); trials finished since "
-                                    "the last flush may be missing from the storage") from None
+        while not self._replies.poll(_REPLY_WAIT_S if block else 0):
+            if not block:
+                return None
+            if self._writer.poll() is not None:
+                self._writer_ended()
+        try:
+            kind, payload = self._replies.recv()
+        except EOFError:
+            self._writer.wait()
+            self._writer_ended()
         if kind == "pulled":
             self._pulls_pending -= 1
             self._pulled.extend(payload)
@@ -142,34 +174,43 @@ class StudyMirror:
             self._failure = payload
         return str(kind)
 
+    def _writer_ended(self) -> NoReturn:
+        raise UserError(f"the study writer process ended unexpectedly (exit code "
+                        f"{self._writer.returncode}); trials finished since the last "
+                        "flush may be missing from the storage")
+
     def _raise_failure(self) -> None:
         if self._failure:
             raise UserError(f"writing to the study storage failed: {self._failure}")
 
 
-def _serve(url: str, study_name: str, driver: str, known: set[int], inbox: Any,
-           outbox: Any) -> None:
-    """The writer process: trials in, in order; other drivers' trials out when asked. It
-    ends with its driver, even a killed one, once it has written what the driver sent."""
+def _pipe() -> tuple[Connection, Connection]:
+    """A one-way pipe as (write end, read end) connections; not inherited by children
+    but the writer, which gets its ends by `pass_fds`."""
+    read_fd, write_fd = os.pipe()
+    return Connection(write_fd, readable=False), Connection(read_fd, writable=False)
+
+
+def _serve(inbox: Connection, outbox: Connection) -> None:
+    """The writer: trials in, in order; other drivers' trials out when asked; until the
+    driver closes it or its end of the pipe goes away."""
     from peak_tune.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    kind, (url, study_name, driver, known) = inbox.recv()
     study = optuna.load_study(study_name=study_name, storage=open_storage(url))
-    driver_pid = os.getppid()
     failed = False
     while True:
         try:
-            kind, payload = inbox.get(timeout=_REPLY_WAIT_S)
-        except queue.Empty:
-            if os.getppid() != driver_pid:  # the driver is gone (this process was adopted)
-                return
-            continue
+            kind, payload = inbox.recv()
+        except EOFError:  # the driver is gone: everything it sent is written
+            return
         if kind == "trial" and not failed:
             try:
                 study.add_trial(payload)
             except Exception as error:  # reported; the driver raises on its next call
                 failed = True
-                outbox.put(("failed", " ".join(str(error).split())[:500]))
+                outbox.send(("failed", " ".join(str(error).split())[:500]))
         elif kind == "pull":
             fresh = []
             for trial in study.get_trials(deepcopy=False, states=_FINISHED):
@@ -177,11 +218,11 @@ def _serve(url: str, study_name: str, driver: str, known: set[int], inbox: Any,
                     continue
                 known.add(trial._trial_id)
                 fresh.append(_copy(trial, trial.system_attrs))
-            outbox.put(("pulled", fresh))
+            outbox.send(("pulled", fresh))
         elif kind == "flush":
-            outbox.put(("flushed", None))
+            outbox.send(("flushed", None))
         elif kind == "close":
-            outbox.put(("closed", None))
+            outbox.send(("closed", None))
             return
 
 
@@ -216,3 +257,8 @@ def open_mirrored_study(
         known.add(trial._trial_id)
         working.add_trial(_copy(trial, trial.system_attrs))
     return StudyMirror(working, persistent, url, known)
+
+
+if __name__ == "__main__":  # the writer process: python -m peak_tune.study_mirror IN OUT
+    _serve(Connection(int(sys.argv[1]), writable=False),
+           Connection(int(sys.argv[2]), readable=False))

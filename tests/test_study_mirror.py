@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
 import pytest
 
+from peak_tune.backends._worker import _child_env
 from peak_tune.errors import UserError
 from peak_tune.storage import open_storage, results_storage_url
 from peak_tune.study_mirror import StudyMirror, open_mirrored_study
@@ -80,6 +83,34 @@ def test_a_trial_the_storage_refuses_is_a_clear_error_on_the_next_call(tmp_path:
 def test_a_killed_writer_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
     mirror = _driver(results_storage_url(tmp_path))
     mirror._writer.kill()
-    mirror._writer.join()
+    mirror._writer.wait()
     with pytest.raises(UserError, match="study writer process ended unexpectedly"):
         mirror.flush()
+
+
+SCRIPT = """
+import optuna
+from peak_tune.storage import open_storage
+from peak_tune.study_mirror import open_mirrored_study
+mirror = open_mirrored_study(
+    open_storage({url!r}),
+    lambda storage: optuna.create_study(storage=storage, study_name="script",
+                                        direction="maximize"),
+    optuna.samplers.RandomSampler(seed=0))
+for _ in range(3):
+    trial = mirror.working.ask()
+    mirror.working.tell(trial, trial.suggest_float("x", 0, 1))
+    mirror.finished(trial.number)
+mirror.close()
+print("stored", len(optuna.load_study(study_name="script", storage={url!r}).trials))
+"""
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path: Path) -> None:
+    """The writer is not a multiprocessing child: the user's script is not run again."""
+    script = tmp_path / "tune_it.py"
+    script.write_text(SCRIPT.format(url=results_storage_url(tmp_path)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, env=_child_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["stored", "3"]
