@@ -12,13 +12,17 @@ triton.testing.do_bench; only ratios within one timer are reported.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import re
 import subprocess
 import time
 import tomllib
 from pathlib import Path
 from typing import Any
+
+from optuna.trial import TrialState
 
 from peak_tune.executors.base import time_report
 from peak_tune.report import summary
@@ -58,9 +62,20 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
     data = summary(session, searched)
     data["trials_per_second"] = data["trials"]["total"] / max(data["seconds"], 1e-9)
     data["time"] = times
+    data["failures"] = failure_messages(session)
     if ncu is not None:
         data["ncu"] = ncu
     return data
+
+
+def failure_messages(session: Any, top: int = 5) -> dict[str, int]:
+    """The commonest first lines of the failed trials' messages (numbers as N), so that a
+    run's compile errors or crashes can be read without its study database."""
+    counts: collections.Counter[str] = collections.Counter()
+    for trial in session.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        message = str(trial.user_attrs.get("message", "")).strip().splitlines()[:1]
+        counts[re.sub(r"\d+", "N", message[0] if message else "")[:200]] += 1
+    return dict(counts.most_common(top))
 
 
 def _profile(session: Any) -> str:
