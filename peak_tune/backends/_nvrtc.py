@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from peak_tune.errors import BackendUnavailable, CompileError
+from peak_tune.errors import BackendUnavailable, CompileError, InvalidPoint
 
 __all__ = ["Compiled", "compile_cubin", "cubin_resources", "include_dir", "nvrtc_version",
            "ptxas_resources"]
@@ -29,6 +29,9 @@ __all__ = ["Compiled", "compile_cubin", "cubin_resources", "include_dir", "nvrtc
 _log = logging.getLogger(__name__)
 
 _INSTALL_HINT = "pip install 'peak-tune[cuda-compile]' (cuda-python and NVIDIA's NVRTC wheels)"
+# ptxas cannot fit one instruction (a wgmma's accumulators) under the register limit that
+# __launch_bounds__ set: "(C7602) Insufficient registers (128) ... target of 154 or higher"
+_REGISTERS_REFUSED = re.compile(r"Insufficient registers \((\d+)\).*?target of (\d+)")
 _ERROR_LINE = re.compile(r"^[^\s(]*\((\d+)\): (?:catastrophic )?error: (.*)$")
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _RESOURCES = (
@@ -121,6 +124,11 @@ def compile_cubin(source: str, options: Sequence[str], name: str = "kernel.cu") 
         status = nvrtc.nvrtcCompileProgram(program, len(encoded), encoded)[0]
         log = _program_log(nvrtc, program)
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            refused = _REGISTERS_REFUSED.search(log)
+            if refused:  # the tuning point's register limit, not the code, is at fault
+                raise InvalidPoint(f"ptxas: {refused.group(1)} registers a thread (the launch "
+                                   f"bounds) are fewer than one instruction needs "
+                                   f"({refused.group(2)} or more)")
             shown = "$ nvrtc " + " ".join(options) + "\n"
             raise CompileError(f"compile error: {_first_error(log, status)}", detail=shown + log)
         cubin = bytearray(_checked(nvrtc, nvrtc.nvrtcGetCUBINSize(program)))

@@ -343,3 +343,32 @@ def test_tma_kernels_keep_the_cp_async_copies_for_matrices_without_maps(
     assert "pt_tma_tiles" in tma_part and "pt_tma_tiles" not in copy_part
     assert "pt_bar_init(&pt_full[s], " + (
         "pt_tma ? 1 : PT_LOADERS" if kernel == "warp-specialize tma" else "1") in kernel_text
+
+
+@pytest.mark.parametrize("order", ["launch-bounds first", "launch-bounds last"])
+def test_launch_bounds_that_starve_a_wgmma_of_registers_are_pruned(
+    order, cuda_catalog, cuda_seed, h200
+):
+    """Two blocks of 256 threads per SM leave 128 registers a thread: fewer than a
+    m64n256 wgmma's 128 accumulators and its addressing."""
+    sequence = (("refactor", "launch-bounds", *WGMMA[1:]) if order == "launch-bounds first"
+                else (*WGMMA, "launch-bounds"))
+    context = build(cuda_seed, sequence, cuda_catalog, h200)
+    point = {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 3}
+    assert all(evaluate_bool(c, {**point, "MIN_BLOCKS_PER_SM": 1})
+               for c in context.constraints)
+    assert not all(evaluate_bool(c, {**point, "MIN_BLOCKS_PER_SM": 2})
+                   for c in context.constraints)
+
+
+@needs_nvrtc
+def test_ptxas_refusing_an_instruction_for_registers_is_an_invalid_point(
+    cuda_catalog, cuda_seed, h200, tmp_path
+):
+    """Built anyway (as an LLM's kernel would be), the point is pruned, not an error."""
+    context = build(cuda_seed, (*WGMMA, "launch-bounds"), cuda_catalog, h200)
+    point = {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 3,
+             "MIN_BLOCKS_PER_SM": 2}
+    with pytest.raises(InvalidPoint, match=r"128 registers a thread .* fewer than one "
+                                           r"instruction needs"):
+        CudaBackend(h200).compile(context, point, "float16", str(tmp_path))

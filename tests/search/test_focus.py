@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import optuna
@@ -85,8 +86,10 @@ def test_grouped_tpe_shown_only_new_parameter_sets_samples_as_plain_tpe():
         return [t.params for t in study.trials]
 
     def tpe() -> optuna.samplers.TPESampler:
-        return optuna.samplers.TPESampler(seed=5, multivariate=True, group=True,
-                                          n_startup_trials=5)
+        with warnings.catch_warnings():  # group is "experimental"
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=5, multivariate=True, group=True,
+                                              n_startup_trials=5)
 
     windowed = run(HistoryWindow(tpe()))
     assert windowed == run(tpe())

@@ -188,8 +188,10 @@ def ldmatrix(plan: Plan, device: DeviceProfile) -> Change:
 
 def _wgmma_registers(plan: Plan, device: DeviceProfile) -> str:
     # each thread holds WGMMA_N / 2 accumulators (plus ~32 registers of addressing) for the
-    # whole instruction: ptxas refuses a block whose threads cannot all get that many
-    return (f"{threads_expression(plan)} * (WGMMA_N // 2 + 32) <= "
+    # whole instruction: ptxas refuses a block whose threads cannot all get that many, and
+    # with launch-bounds MIN_BLOCKS_PER_SM such blocks share the register file
+    blocks = " * MIN_BLOCKS_PER_SM" if plan.launch_bounds else ""
+    return (f"{threads_expression(plan)}{blocks} * (WGMMA_N // 2 + 32) <= "
             f"{_fact(device, 'registers_per_sm', 65536)}")
 
 
@@ -247,7 +249,8 @@ def tma(plan: Plan, device: DeviceProfile) -> Change:
 def launch_bounds(plan: Plan, device: DeviceProfile) -> Change:
     _tiled(plan, "launch-bounds")
     _once(plan.launch_bounds, "launch-bounds: the kernel already declares its launch bounds")
-    return Change(plan.but(launch_bounds=True))
+    child = plan.but(launch_bounds=True)
+    return Change(child, (_wgmma_registers(child, device),) if plan.wgmma else ())
 
 
 RULES: Mapping[str, Rule] = {
