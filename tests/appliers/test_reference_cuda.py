@@ -52,6 +52,8 @@ ORDERS = (  # the same or overlapping steps in different legal orders
      "split-k", "vector-loads"),
     ("refactor", "block-swizzle", "tb-tiling", "pipelining", "tensor-core", "vector-loads",
      "tensor-tiling", "offset"),
+    ("refactor", "thread-tiling", "tb-tiling", "register-staging", "double-buffer",
+     "vector-loads", "transpose", "thread-cache"),
 )
 TENSOR_STEPS = {"tensor-core", "tensor-tiling", "ldmatrix", "wgmma"}
 SIZES = {"M": 512, "N": 512, "K": 512}
@@ -307,3 +309,24 @@ def test_registry_never_drops_the_launch_geometry(cuda_catalog, cuda_seed, h200)
         assert "CudaChange" in str(exc)
     else:
         assert child.content_hash() == expected.content_hash()
+
+
+def test_double_buffer_alternates_two_buffers_with_one_barrier_per_tile(
+    cuda_catalog, cuda_seed, h200
+):
+    staged_steps = ("refactor", "tb-tiling", "register-staging", "thread-tiling")
+    staged = build(cuda_seed, staged_steps, cuda_catalog, h200)
+    doubled = build(cuda_seed, (*staged_steps, "double-buffer"), cuda_catalog, h200)
+    loops = [src.split("for (int k0 = k_lo;")[1].split("#pragma unroll\n    for (int i")[0]
+             for src in (staged.source, doubled.source)]
+    assert [loop.count("__syncthreads()") for loop in loops] == [2, 1]
+    assert "pt_put_a(PT_STAGE((t + 1) & 1), ra, tid);" in loops[1]
+    assert "#define PT_STAGES 2" in doubled.source and "#define PT_STAGES 1" in staged.source
+    point = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 32, "TRD_Y_DIM": 8,
+             "TRD_X_DIM": 8, **SIZES}  # 32 KiB of tiles: static once, dynamic twice
+    assert evaluate_launch(staged.launch, point).shared_bytes == 0
+    assert evaluate_launch(doubled.launch, point).shared_bytes == 2 * 32768
+    loose = {tid: dataclasses.replace(t, requires=(), conflicts=())
+             for tid, t in cuda_catalog.items()}
+    with pytest.raises(InvalidPoint, match="needs the register-staged copies"):
+        build(cuda_seed, ("refactor", "tb-tiling", "double-buffer"), loose, h200)

@@ -209,13 +209,20 @@ def _loop_single(writer: CodeWriter, plan: Plan, vec: str) -> None:
 
 
 def _loop_staged(writer: CodeWriter, plan: Plan, vec: str) -> None:
-    writer.lines("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;",
-                 "DTYPE ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
+    if not plan.double_buffer:  # (double-buffer names the tiles per K tile)
+        writer.line("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;")
+    writer.line("DTYPE ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
     a, b = operands(plan)
+    va, vb = (f", {vec}" if a.vector else ""), (f", {vec}" if b.vector else "")
     with writer.block("if (k_lo < k_hi)"):
         writer.lines(copy_call(a, "fetch", "ra", "k_lo", vec),
                      copy_call(b, "fetch", "rb", "k_lo", vec))
-    va, vb = (f", {vec}" if a.vector else ""), (f", {vec}" if b.vector else "")
+        if plan.double_buffer:  # the first tile straight into buffer 0
+            writer.lines(f"pt_put_a(PT_STAGE(0), ra, tid{va});",
+                         f"pt_put_b(PT_STAGE(0) + PT_A_TILE, rb, tid{vb});")
+    if plan.double_buffer:
+        _loop_double_buffered(writer, plan, vec, va, vb)
+        return
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
         writer.lines(f"pt_put_a(as, ra, tid{va});", f"pt_put_b(bs, rb, tid{vb});",
                      "__syncthreads();")
@@ -224,6 +231,24 @@ def _loop_staged(writer: CodeWriter, plan: Plan, vec: str) -> None:
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec))
         emit_compute_tile(writer, plan, "as", "bs")
         writer.line("__syncthreads();")
+
+
+def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, va: str, vb: str) -> None:
+    """double-buffer: tile t is computed from buffer t % 2 while tile t + 1, fetched into
+    registers, is put into the other one, which nobody reads since the last barrier."""
+    a, b = operands(plan)
+    writer.lines("__syncthreads(); // tile 0 is in buffer 0", "int t = 0;")
+    with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK, ++t)"):
+        writer.lines("DTYPE *const as = PT_STAGE(t & 1), *const bs = as + PT_A_TILE;",
+                     "const bool more = k0 + PT_TK < k_hi;")
+        with writer.block("if (more)"):
+            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec),
+                         copy_call(b, "fetch", "rb", "k0 + PT_TK", vec))
+        emit_compute_tile(writer, plan, "as", "bs")
+        with writer.block("if (more)"):
+            writer.lines(f"pt_put_a(PT_STAGE((t + 1) & 1), ra, tid{va});",
+                         f"pt_put_b(PT_STAGE((t + 1) & 1) + PT_A_TILE, rb, tid{vb});")
+        writer.line("__syncthreads(); // tile t + 1 is in place; buffer t % 2 is free")
 
 
 def _loop_stages(writer: CodeWriter, plan: Plan, vec: str) -> None:

@@ -115,12 +115,18 @@ def derived_macros(plan: Plan) -> list[str]:
             f"#define PT_A_TILE PT_ROUND8({rows} * PT_LDA)",
             "#define PT_LDB (BLOCK_N + PT_PAD) /* row stride of the B tile, [k][n] */",
             "#define PT_B_TILE PT_ROUND8(PT_TK * PT_LDB)",
-            f"#define PT_STAGES {_or(plan.stages, 'NUM_STAGES', '1')}",
+            f"#define PT_STAGES {_buffers(plan)}",
             "#define PT_SMEM_ELEMS (PT_STAGES * (PT_A_TILE + PT_B_TILE))",
             f"#define PT_SMEM_EST_BYTES (PT_SMEM_ELEMS * {smem_unit(plan)})",
         ]
     lines.append(f"#define PT_KSTEP {_or(plan.shared, 'PT_TK', '1')}")
     return lines
+
+
+def _buffers(plan: Plan) -> str:
+    """Shared buffers of the tiles, as a macro or expression: NUM_STAGES (pipelining),
+    2 (double-buffer) or 1."""
+    return "NUM_STAGES" if plan.stages else "2" if plan.double_buffer else "1"
 
 
 def threads_expression(plan: Plan) -> str:
@@ -152,7 +158,8 @@ def _smem_elements(plan: Plan) -> str:
         a_tile = f"BLOCK_M * (TILE_K_SIZE{pad})"
     b_tile = f"TILE_K_SIZE * (BLOCK_N{pad})"
     tiles = f"ceil_div({a_tile}, 8) * 8 + ceil_div({b_tile}, 8) * 8"
-    return f"NUM_STAGES * ({tiles})" if plan.stages else f"({tiles})"
+    buffers = _buffers(plan)
+    return f"({tiles})" if buffers == "1" else f"{buffers} * ({tiles})"
 
 
 def launch_of(plan: Plan) -> dict[str, str]:

@@ -7,7 +7,8 @@ changes one part of it. The plan records, part by part, what the code looks like
 - K range: the whole of K, or one of K_SPLITS slices chosen by blockIdx.z (`split_k`);
 - operands: read from global memory, or staged through shared-memory tiles (`shared`),
   with A stored transposed, rows padded, 16-byte copies per operand, copies staged in
-  registers or issued with cp.async into NUM_STAGES buffers;
+  registers (into one shared buffer or two in turn) or issued with cp.async into
+  NUM_STAGES buffers;
 - compute: SIMT (one output per thread, or a TRD_Y_DIM x TRD_X_DIM thread tile, laid out
   contiguously or strided, fragments cached in registers, lanes arranged per warp) or
   tensor cores (mma.sync m16n8k16, one or TENSOR_TILE_M x TENSOR_TILE_N tiles per warp,
@@ -51,6 +52,7 @@ class Plan:
     vector_a: bool = False  # vector-loads: A tile copied in 16-byte pieces
     vector_b: bool = False  # vector-loads: B tile copied in 16-byte pieces
     staging: bool = False  # register-staging: next tile fetched to registers during compute
+    double_buffer: bool = False  # double-buffer: the staged tiles alternate between 2 buffers
     stages: bool = False  # pipelining: NUM_STAGES buffers filled with cp.async
     split_k: bool = False  # split-k: K_SPLITS slices over blockIdx.z, serial hand-over
     swizzle: bool = False  # block-swizzle: blocks grouped SWIZZLE_GROUP rows at a time
@@ -72,7 +74,7 @@ NAIVE = Plan(tiled=False)
 _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
-_LATER = ("wgmma", "producer", "hoisted", "tma")
+_LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -106,6 +108,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("vector_a", "shared"),
     ("vector_b", "shared"),
     ("staging", "shared"),
+    ("double_buffer", "staging"),
     ("stages", "shared"),
     ("mma", "shared"),
     ("mma_tiles", "mma"),

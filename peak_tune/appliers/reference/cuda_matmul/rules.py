@@ -140,6 +140,14 @@ def register_staging(plan: Plan, device: DeviceProfile) -> Change:
     return Change(plan.but(staging=True))
 
 
+def double_buffer(plan: Plan, device: DeviceProfile) -> Change:
+    """The staged tiles go to two shared buffers in turn: one barrier per K tile."""
+    if not plan.staging:
+        raise InvalidPoint("double-buffer needs the register-staged copies of register-staging")
+    _once(plan.double_buffer, "double-buffer: the staged tiles already alternate")
+    return Change(plan.but(double_buffer=True))
+
+
 def pipelining(plan: Plan, device: DeviceProfile) -> Change:
     _shared(plan, "pipelining")
     _once(plan.stages, "pipelining: the tiles are already multi-buffered")
@@ -263,6 +271,7 @@ RULES: Mapping[str, Rule] = {
     "transpose": transpose,
     "offset": offset,
     "register-staging": register_staging,
+    "double-buffer": double_buffer,
     "pipelining": pipelining,
     "split-k": split_k,
     "block-swizzle": block_swizzle,
