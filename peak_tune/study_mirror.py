@@ -65,6 +65,7 @@ class StudyMirror:
         self._failure = ""
         self._pulled: list[FrozenTrial] = []  # trials of other drivers, not yet taken in
         self._pulls_pending = 0
+        self._closed = False
         to_writer, writer_in = _pipe()
         writer_out, from_writer = _pipe()
         self._writer = subprocess.Popen(
@@ -127,7 +128,11 @@ class StudyMirror:
         self._raise_failure()
 
     def close(self) -> None:
-        if self._writer.poll() is None:
+        if self._closed:
+            return
+        self._closed = True
+        ended_early = self._writer.poll() is not None  # before it was asked to
+        if not ended_early:
             self._outgoing.put(("flush", None))
             self._outgoing.put(("close", None))
             self._wait_for("closed")
@@ -139,6 +144,8 @@ class StudyMirror:
         except subprocess.TimeoutExpired:
             self._writer.kill()
         self._raise_failure()
+        if ended_early:
+            self._writer_ended()
 
     def _send_loop(self, to_writer: Connection) -> None:
         with to_writer:

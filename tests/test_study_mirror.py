@@ -40,6 +40,7 @@ def test_finished_trials_reach_the_storage_and_running_ones_do_not(tmp_path: Pat
     _run(mirror, 4)
     mirror.working.ask()  # left running, as by a driver killed mid-trial
     mirror.close()
+    mirror.close()  # a second close does nothing
     stored = optuna.load_study(study_name="shared", storage=url).trials
     assert [t.state for t in stored] == [optuna.trial.TrialState.COMPLETE] * 4
     assert all(t.user_attrs["note"] == "kept" for t in stored)
@@ -86,6 +87,8 @@ def test_a_killed_writer_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
     mirror._writer.wait()
     with pytest.raises(UserError, match="study writer process ended unexpectedly"):
         mirror.flush()
+    with pytest.raises(UserError, match="study writer process ended unexpectedly"):
+        mirror.close()  # closing says so too, once the rest is cleaned up
 
 
 SCRIPT = """
