@@ -285,6 +285,15 @@ def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
         "&& (unsigned long long)B % 16 == 0;")
 
 
+# After a tile's MMAs in the K loops where every thread waits at a barrier (cp.async, or
+# TMA without warp-specialize): the stage of tile t - 1 is free, tile `ahead` may fill it.
+_STAGE_FREED = (
+    "pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
+    "pt_wg_fence_acc(acc);",
+    "__syncthreads(); // ... in every warpgroup: stage (t - 1) % PT_STAGES is free",
+    "const int ahead = t + PT_STAGES - 1;")
+
+
 def _k_loop(writer: CodeWriter, plan: Plan) -> None:
     writer.lines("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;",
                  "// NUM_STAGES - 1 tiles in flight before the first is used")
@@ -299,11 +308,7 @@ def _k_loop(writer: CodeWriter, plan: Plan) -> None:
             "__syncthreads(); // every thread's part",
             "const DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
         _mma_tile(writer)
-        writer.lines(
-            "pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
-            "pt_wg_fence_acc(acc);",
-            "__syncthreads(); // ... in every warpgroup: stage (t - 1) % PT_STAGES is free",
-            "const int ahead = t + PT_STAGES - 1;")
+        writer.lines(*_STAGE_FREED)
         with writer.block("if (ahead < tiles)"):
             _copies(writer, plan, "ahead % PT_STAGES", "k_lo + ahead * PT_TK")
         writer.line("pt_cp_commit(); // always, so the group count stays in step")
@@ -406,10 +411,7 @@ def _tma_k_loop(writer: CodeWriter, plan: Plan) -> None:
             "const DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
         _mma_tile(writer)
         writer.lines(
-            "pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
-            "pt_wg_fence_acc(acc);",
-            "__syncthreads(); // ... in every warpgroup: stage (t - 1) % PT_STAGES is free",
-            "const int ahead = t + PT_STAGES - 1;",
+            *_STAGE_FREED,
             "if (tid == 0 && ahead < tiles) pt_tma_tiles(PT_STAGE(ahead % PT_STAGES), tma_A, "
             "tma_B, bm, bn, k_lo + ahead * PT_TK, &pt_full[ahead % PT_STAGES]);")
     writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
