@@ -1,13 +1,16 @@
 """fp32 SIMT kernels of the reference applier on this machine's GPU, side by side with cuBLAS.
 
 The kernels the fp32 searches found best (register-staging; cp.async pipelining) and
-their variants with double-buffer (`--kernels`), at hand-picked tuning points: built in
+their variants with double-buffer and interior-tiles (`--kernels`), at hand-picked tuning
+points: built in
 parallel on the host's cores, then validated (the spec's check sizes and the small odd
 ones of cuda_reference_check) and timed at each --sizes through the CUDA backend; cuBLAS
 SGEMM (TF32 off) is timed by the same worker. No search: this isolates what a kernel
-change is worth. Prints a table last and writes JSON to $OUT (or ./results).
+change is worth. `--profile`: Nsight Compute's summary of each kernel's best point at the
+first size. Prints a table last and writes JSON to $OUT (or ./results).
 
     python3 benchmarks/simt_check.py [--sizes 4096,8192] [--repeats 20] [--kernels ...]
+                                     [--profile]
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ from cuda_reference_check import (  # benchmarks/ is the script's folder
     values,
 )
 
-from peak_tune.backends.base import EvalConfig
+from peak_tune.backends.base import EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend
 from peak_tune.catalog.loaders import load_spec
 from peak_tune.catalog.types import DeviceProfile
-from peak_tune.core import ProblemSize
+from peak_tune.core import KernelContext, ProblemSize
 
 # search-8's best fp32 kernel (0.883x at 4096) and search-9's (cp.async, 0.805x)
 STAGED = ("refactor", "thread-tiling", "tb-tiling", "register-staging", "vector-loads",
@@ -46,22 +49,21 @@ PIPELINED = ("refactor", "launch-bounds", "tb-tiling", "vector-loads", "pipelini
              "transpose", "thread-tiling", "thread-cache", "warp-tiling", "block-swizzle")
 KERNELS: dict[str, tuple[str, ...]] = {
     "staged": STAGED,
+    "staged interior": (*STAGED, "interior-tiles"),
     "staged db": (*STAGED[:4], "double-buffer", *STAGED[4:]),
+    "staged db interior": (*STAGED[:4], "double-buffer", *STAGED[4:], "interior-tiles"),
     "pipelined": PIPELINED,
+    "pipelined interior": (*PIPELINED, "interior-tiles"),
 }
 BASE = {"BLOCK_M": 128, "BLOCK_N": 128, "TRD_Y_DIM": 8, "TRD_X_DIM": 8, "TILE_K_SIZE": 8,
         "WARP_X_DIM": 4, "SWIZZLE_GROUP": 2, "MIN_BLOCKS_PER_SM": 2, "NUM_STAGES": 3}
 POINTS: tuple[Mapping[str, int], ...] = (  # overrides of BASE
     {},
-    {"TILE_K_SIZE": 16},
-    {"WARP_X_DIM": 8},
     {"SWIZZLE_GROUP": 8},
+    {"WARP_X_DIM": 2},
     {"MIN_BLOCKS_PER_SM": 1},
     {"TILE_K_SIZE": 16, "MIN_BLOCKS_PER_SM": 1},
-    {"BLOCK_N": 256, "MIN_BLOCKS_PER_SM": 1},
-    {"BLOCK_M": 64, "BLOCK_N": 256, "TRD_Y_DIM": 4, "TRD_X_DIM": 8},
-    {"BLOCK_M": 256, "BLOCK_N": 128, "MIN_BLOCKS_PER_SM": 1},
-    {"NUM_STAGES": 4},
+    {"NUM_STAGES": 2},
 )
 
 
@@ -82,6 +84,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--kernels", default=",".join(KERNELS),
                         help="the kernels to time, by name: " + ", ".join(KERNELS))
+    parser.add_argument("--profile", action="store_true",
+                        help="Nsight Compute on each kernel's best point")
     args = parser.parse_args()
     chosen = {k: v for k, v in KERNELS.items() if k in args.kernels.split(",")}
     device = this_gpu_profile()
@@ -101,7 +105,7 @@ def main() -> int:
     def save() -> None:
         (folder / "simt_check.json").write_text(json.dumps(out, indent=1))
 
-    variants = []  # (name, kernel, context, params)
+    variants: list[tuple[str, str, KernelContext, dict[str, int]]] = []
     for kernel, sequence in chosen.items():
         context = build(sequence, device)
         for override in POINTS:
@@ -139,9 +143,33 @@ def main() -> int:
                       f"{result.get('gflops', 0):8.0f} {result.get('resources', '')} "
                       f"{result.get('message', '')[:300]}", flush=True)
                 save()
+        if args.profile:
+            first = next(iter(sizes))
+            for kernel in chosen:
+                good = [t for t in out["timed"] if t["kernel"] == kernel
+                        and t["size"] == first and t["status"] == "ok"]
+                if good:
+                    best = max(good, key=lambda t: t["gflops"])
+                    context = next(v[2] for v in variants if v[1] == kernel)
+                    best["ncu"] = _profile(backend, context, best["params"], sizes[first],
+                                           build_dir)
+                    print(f"ncu {best['name']}: {best['ncu']}", flush=True)
+                    save()
     print_table(out)
     save()
     return 0
+
+
+def _profile(backend: CudaBackend, context: KernelContext, params: dict[str, int],
+             size: ProblemSize, build_dir: Path) -> str:
+    spec = load_spec(ROOT / "seeds" / "matmul")
+    try:
+        artifact = backend.compile(context, params, "float32", str(build_dir))
+        request = EvalRequest(spec, context, params, "float32", size, (),
+                              EvalConfig(timeout_s=120.0))
+        return backend.profile(artifact, request).summary()
+    except Exception as exc:  # the timings stand without it
+        return f"not profiled: {exc}"
 
 
 def print_table(out: dict[str, Any]) -> None:

@@ -54,6 +54,8 @@ ORDERS = (  # the same or overlapping steps in different legal orders
      "tensor-tiling", "offset"),
     ("refactor", "thread-tiling", "tb-tiling", "register-staging", "double-buffer",
      "vector-loads", "transpose", "thread-cache"),
+    ("refactor", "tb-tiling", "interior-tiles", "pipelining", "vector-loads", "thread-tiling",
+     "launch-bounds"),
 )
 TENSOR_STEPS = {"tensor-core", "tensor-tiling", "ldmatrix", "wgmma"}
 SIZES = {"M": 512, "N": 512, "K": 512}
@@ -330,3 +332,29 @@ def test_double_buffer_alternates_two_buffers_with_one_barrier_per_tile(
              for tid, t in cuda_catalog.items()}
     with pytest.raises(InvalidPoint, match="needs the register-staged copies"):
         build(cuda_seed, ("refactor", "tb-tiling", "double-buffer"), loose, h200)
+
+
+def test_interior_tiles_adds_an_unchecked_k_loop_in_front(cuda_catalog, cuda_seed, h200):
+    """Interior blocks run a K loop whose copies get edge = false; edge blocks (and rows
+    that are not 16-byte aligned) keep the checked loops; the checks honour the flag."""
+    steps = ("refactor", "tb-tiling", "thread-tiling", "register-staging", "vector-loads")
+    checked = build(cuda_seed, steps, cuda_catalog, h200)
+    interior = build(cuda_seed, (*steps, "interior-tiles"), cuda_catalog, h200)
+    assert "edge" not in checked.source
+    body = interior.source.split("const bool edge = ")[1]
+    assert body.startswith("bm + BLOCK_M > M || bn + BLOCK_N > N || (k_hi - k_lo) % PT_TK != 0;")
+    loops = body.split("for (int k0 = k_lo;")
+    assert len(loops) == 4  # unchecked + 16-byte, checked + 16-byte, checked elements
+    assert "if (vec && !edge)" in loops[0] and "else if (vec)" in loops[1]
+    assert "pt_fetch_a(ra, A, K, bm, M, k0 + PT_TK, k_hi, tid, true, false);" in loops[1]
+    assert "pt_fetch_a(ra, A, K, bm, M, k0 + PT_TK, k_hi, tid, true, true);" in loops[2]
+    assert "pt_fetch_b(rb, B, N, k0 + PT_TK, k_hi, bn, N, tid, false, true);" in loops[3]
+    assert "const bool full = !edge || (row_in && col0 + c + PT_VEC <= col_hi);" in (
+        interior.source)
+    plain = build(cuda_seed, ("refactor", "tb-tiling", "interior-tiles"), cuda_catalog, h200)
+    assert "if (!edge)" in plain.source and "pt_copy_a(as, A, K, bm, M, k0, k_hi, tid, false);" in (
+        plain.source)
+    for first, then in (("interior-tiles", "wgmma"), ("wgmma", "interior-tiles")):
+        with pytest.raises(InvalidPoint, match="interior-tiles"):
+            build(cuda_seed, ("refactor", "tb-tiling", "tensor-core", "pipelining",
+                              "vector-loads", first, then), cuda_catalog, h200)

@@ -1,5 +1,5 @@
 """The reference applier's fp32 CUDA kernels, run on the host (tests/appliers/cuda_host.py):
-correct at odd sizes, with and without double-buffer, without a GPU."""
+correct at odd sizes, with and without double-buffer and interior-tiles, without a GPU."""
 
 from __future__ import annotations
 
@@ -18,6 +18,12 @@ SEQUENCES = {
     "search-8 double-buffered": ("refactor", "thread-tiling", "tb-tiling", "register-staging",
                                  "double-buffer", "vector-loads", "warp-tiling", "block-swizzle",
                                  "transpose", "launch-bounds"),
+    "search-8 double-buffered, interior unchecked": (
+        "refactor", "thread-tiling", "tb-tiling", "register-staging", "double-buffer",
+        "vector-loads", "warp-tiling", "block-swizzle", "transpose", "launch-bounds",
+        "interior-tiles"),
+    "interior unchecked, elements": ("refactor", "tb-tiling", "interior-tiles",
+                                     "register-staging", "thread-tiling"),
     "cached, chunked, padded": ("refactor", "tb-tiling", "register-staging", "double-buffer",
                                 "thread-tiling", "thread-cache", "thread-chunk", "offset",
                                 "vector-loads"),
@@ -29,7 +35,9 @@ POINT = {"BLOCK_M": 32, "BLOCK_N": 64, "TILE_K_SIZE": 8, "TRD_Y_DIM": 4, "TRD_X_
 
 @needs_gpp
 @pytest.mark.parametrize("kernel", list(SEQUENCES))
-@pytest.mark.parametrize("size", [(67, 53, 97), (64, 128, 16), (33, 130, 9), (1, 1, 1)],
+# (70, 150, 64): interior blocks and blocks at the M and N edges in one launch
+@pytest.mark.parametrize("size", [(67, 53, 97), (64, 128, 16), (70, 150, 64), (33, 130, 9),
+                                  (1, 1, 1)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_fp32_kernels_are_correct_on_the_host(kernel, size, cuda_catalog, cuda_seed, h200,
                                               tmp_path: Path):

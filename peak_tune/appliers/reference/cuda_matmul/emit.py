@@ -56,15 +56,7 @@ def emit_source(plan: Plan, entry: str) -> str:
             emit_compute_direct(writer, plan)
         else:
             _shared_memory(writer, plan)
-            if plan.vector_a or plan.vector_b:
-                writer.lines("// vector-loads: the K loop twice, with and without 16-byte "
-                             "copies, so", "// that each copy keeps only the addressing it uses")
-                with writer.block("if (vec)"):
-                    _k_loop(writer, plan, "true")
-                with writer.block("else"):
-                    _k_loop(writer, plan, "false")
-            else:
-                _k_loop(writer, plan, "")
+            _k_loops(writer, plan)
         if plan.split_k:
             emit_split_k_wait(writer)
         emit_epilogue(writer, plan)
@@ -183,67 +175,95 @@ def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
         writer.line(f"const bool vec = {' && '.join(aligned)}; // 16-byte aligned rows")
 
 
-def _k_loop(writer: CodeWriter, plan: Plan, vec: str) -> None:
+def _k_loops(writer: CodeWriter, plan: Plan) -> None:
+    """The K loop once per combination of the copies' run-time flags, each with literal
+    flag values: a loop keeps only the addressing and checks of its own copies."""
+    vector = plan.vector_a or plan.vector_b
+    if plan.interior:
+        writer.lines("// interior-tiles: a block tile wholly inside C whose K range is whole "
+                     "K tiles", "// copies its tiles with no bounds checks",
+                     "const bool edge = bm + BLOCK_M > M || bn + BLOCK_N > N || "
+                     "(k_hi - k_lo) % PT_TK != 0;")
+    if vector:  # (the comment of the variants before interior-tiles, unchanged)
+        writer.lines("// vector-loads: the K loop twice, with and without 16-byte copies, so",
+                     "// that each copy keeps only the addressing it uses")
+    # (condition, vec, edge); the last runs when no condition holds
+    loops = [("", "true" if vector else "", "true")]
+    if vector:
+        loops = [("vec", "true", "true"), ("", "false", "true")]
+    if plan.interior:
+        loops.insert(0, ("vec && !edge" if vector else "!edge", loops[0][1], "false"))
+    for index, (condition, vec, edge) in enumerate(loops):
+        if len(loops) == 1:
+            _k_loop(writer, plan, vec, edge)
+            continue
+        head = "else" if not condition else f"{'else if' if index else 'if'} ({condition})"
+        with writer.block(head):
+            _k_loop(writer, plan, vec, edge)
+
+
+def _k_loop(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     if plan.staging:
-        _loop_staged(writer, plan, vec)
+        _loop_staged(writer, plan, vec, edge)
     elif plan.stages:
-        _loop_stages(writer, plan, vec)
+        _loop_stages(writer, plan, vec, edge)
     else:
-        _loop_single(writer, plan, vec)
+        _loop_single(writer, plan, vec, edge)
 
 
 def _copies(writer: CodeWriter, plan: Plan, function: str, target: str, k0: str,
-            vec: str) -> None:
+            vec: str, edge: str) -> None:
     a, b = operands(plan)
-    writer.line(copy_call(a, function, target, k0, vec))
-    writer.line(copy_call(b, function, f"{target} + PT_A_TILE", k0, vec))
+    writer.line(copy_call(a, function, target, k0, vec, edge))
+    writer.line(copy_call(b, function, f"{target} + PT_A_TILE", k0, vec, edge))
 
 
-def _loop_single(writer: CodeWriter, plan: Plan, vec: str) -> None:
+def _loop_single(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     writer.line("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;")
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
-        _copies(writer, plan, "copy", "as", "k0", vec)
+        _copies(writer, plan, "copy", "as", "k0", vec, edge)
         writer.line("__syncthreads();")
         emit_compute_tile(writer, plan, "as", "bs")
         writer.line("__syncthreads();")
 
 
-def _loop_staged(writer: CodeWriter, plan: Plan, vec: str) -> None:
+def _loop_staged(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     if not plan.double_buffer:  # (double-buffer names the tiles per K tile)
         writer.line("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;")
     writer.line("DTYPE ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
     a, b = operands(plan)
     va, vb = (f", {vec}" if a.vector else ""), (f", {vec}" if b.vector else "")
     with writer.block("if (k_lo < k_hi)"):
-        writer.lines(copy_call(a, "fetch", "ra", "k_lo", vec),
-                     copy_call(b, "fetch", "rb", "k_lo", vec))
+        writer.lines(copy_call(a, "fetch", "ra", "k_lo", vec, edge),
+                     copy_call(b, "fetch", "rb", "k_lo", vec, edge))
         if plan.double_buffer:  # the first tile straight into buffer 0
             writer.lines(f"pt_put_a(PT_STAGE(0), ra, tid{va});",
                          f"pt_put_b(PT_STAGE(0) + PT_A_TILE, rb, tid{vb});")
     if plan.double_buffer:
-        _loop_double_buffered(writer, plan, vec, va, vb)
+        _loop_double_buffered(writer, plan, vec, edge)
         return
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
         writer.lines(f"pt_put_a(as, ra, tid{va});", f"pt_put_b(bs, rb, tid{vb});",
                      "__syncthreads();")
         with writer.block("if (k0 + PT_TK < k_hi)"):
-            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec),
-                         copy_call(b, "fetch", "rb", "k0 + PT_TK", vec))
+            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
+                         copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
         emit_compute_tile(writer, plan, "as", "bs")
         writer.line("__syncthreads();")
 
 
-def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, va: str, vb: str) -> None:
+def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     """double-buffer: tile t is computed from buffer t % 2 while tile t + 1, fetched into
     registers, is put into the other one, which nobody reads since the last barrier."""
     a, b = operands(plan)
+    va, vb = (f", {vec}" if a.vector else ""), (f", {vec}" if b.vector else "")
     writer.lines("__syncthreads(); // tile 0 is in buffer 0", "int t = 0;")
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK, ++t)"):
         writer.lines("DTYPE *const as = PT_STAGE(t & 1), *const bs = as + PT_A_TILE;",
                      "const bool more = k0 + PT_TK < k_hi;")
         with writer.block("if (more)"):
-            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec),
-                         copy_call(b, "fetch", "rb", "k0 + PT_TK", vec))
+            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
+                         copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
         emit_compute_tile(writer, plan, "as", "bs")
         with writer.block("if (more)"):
             writer.lines(f"pt_put_a(PT_STAGE((t + 1) & 1), ra, tid{va});",
@@ -251,12 +271,12 @@ def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, va: str, vb:
         writer.line("__syncthreads(); // tile t + 1 is in place; buffer t % 2 is free")
 
 
-def _loop_stages(writer: CodeWriter, plan: Plan, vec: str) -> None:
+def _loop_stages(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
     writer.line("// pipelining: NUM_STAGES - 1 tiles in flight before the first is used")
     with writer.unrolled("s", "PT_STAGES - 1"):
         with writer.block("if (s < tiles)"):
-            _copies(writer, plan, "copy_async", "PT_STAGE(s)", "k_lo + s * PT_TK", vec)
+            _copies(writer, plan, "copy_async", "PT_STAGE(s)", "k_lo + s * PT_TK", vec, edge)
         writer.line("pt_cp_commit();")
     with writer.block("for (int t = 0; t < tiles; ++t)"):
         writer.lines("pt_cp_wait<PT_STAGES - 2>(); // tile t has landed",
@@ -264,7 +284,7 @@ def _loop_stages(writer: CodeWriter, plan: Plan, vec: str) -> None:
                      "const int ahead = t + PT_STAGES - 1;")
         with writer.block("if (ahead < tiles)"):
             _copies(writer, plan, "copy_async", "PT_STAGE(ahead % PT_STAGES)",
-                    "k_lo + ahead * PT_TK", vec)
+                    "k_lo + ahead * PT_TK", vec, edge)
         writer.lines("pt_cp_commit();",
                      "DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
         emit_compute_tile(writer, plan, "as", "bs")

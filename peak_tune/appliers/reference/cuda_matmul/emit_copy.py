@@ -32,26 +32,29 @@ class Operand:
     lds: str  # shared row stride macro
     contiguous: bool  # tile rows are contiguous rows in shared memory too
     vector: bool  # 16-byte copies (vector-loads)
+    unchecked: bool  # a `bool edge` argument: false skips the bounds checks (interior-tiles)
 
     def store(self, r: str, c: str) -> str:
         return f"{self.at}(s, {r}, {c})"
 
 
 def operands(plan: Plan) -> tuple[Operand, Operand]:
-    a = Operand("a", "BLOCK_M", "PT_TK", "PT_AS", "PT_LDA", not plan.transpose_a, plan.vector_a)
-    b = Operand("b", "PT_TK", "BLOCK_N", "PT_BS", "PT_LDB", True, plan.vector_b)
+    a = Operand("a", "BLOCK_M", "PT_TK", "PT_AS", "PT_LDA", not plan.transpose_a, plan.vector_a,
+                plan.interior)
+    b = Operand("b", "PT_TK", "BLOCK_N", "PT_BS", "PT_LDB", True, plan.vector_b, plan.interior)
     return a, b
 
 
-def copy_call(op: Operand, function: str, target: str, k0: str, vec: str) -> str:
+def copy_call(op: Operand, function: str, target: str, k0: str, vec: str, edge: str) -> str:
     """The call of pt_<function>_<op> for the tile at k0 (kernel variables in scope);
-    `vec` is the 16-byte flag's value ("true" / "false") for a vectorised operand."""
+    `vec` is the 16-byte flag's value ("true" / "false") for a vectorised operand, `edge`
+    whether the bounds are checked, for an operand with interior-tiles' flag."""
     if op.name == "a":
         where = f"A, K, bm, M, {k0}, k_hi"
     else:
         where = f"B, N, {k0}, k_hi, bn, N"
-    flag = f", {vec}" if op.vector else ""
-    return f"pt_{function}_{op.name}({target}, {where}, tid{flag});"
+    flags = (f", {vec}" if op.vector else "") + (f", {edge}" if op.unchecked else "")
+    return f"pt_{function}_{op.name}({target}, {where}, tid{flags});"
 
 
 def emit_copy_helpers(writer: CodeWriter, plan: Plan) -> None:
@@ -97,10 +100,18 @@ def _vector_loop(writer: CodeWriter, op: Operand, body: list[str]) -> None:
             writer.lines(*body)
 
 
-_BOUNDS = ["const bool in = row0 + r < row_hi && col0 + c < col_hi;",
-           "const size_t off = (size_t)(row0 + r) * ld + col0 + c;"]
-_VBOUNDS = ["const bool row_in = row0 + r < row_hi;",
-            "const bool full = row_in && col0 + c + PT_VEC <= col_hi;",
+def _bounds(op: Operand) -> list[str]:
+    """`in`: the element (r, c) lies inside the matrix (always, off the edge)."""
+    inside = "row0 + r < row_hi && col0 + c < col_hi"
+    return [f"const bool in = {f'!edge || ({inside})' if op.unchecked else inside};",
+            "const size_t off = (size_t)(row0 + r) * ld + col0 + c;"]
+
+
+def _vector_bounds(op: Operand) -> list[str]:
+    """`row_in`: row r lies inside; `full`: so do the PT_VEC elements from (r, c)."""
+    unless = "!edge || " if op.unchecked else ""
+    return [f"const bool row_in = {unless}row0 + r < row_hi;",
+            f"const bool full = {unless}(row_in && col0 + c + PT_VEC <= col_hi);",
             "const size_t off = (size_t)(row0 + r) * ld + col0 + c;"]
 
 
@@ -131,10 +142,13 @@ def _load_vector(op: Operand, may_align: bool = True) -> list[str]:
 # ------------------------------------------------------------------ modes
 
 
+def _flag_parameters(op: Operand) -> str:
+    return (", bool vec" if op.vector else "") + (", bool edge" if op.unchecked else "")
+
+
 def _signature(op: Operand, function: str) -> str:
-    vec = ", bool vec" if op.vector else ""
     return (f"__device__ __forceinline__ void pt_{function}_{op.name}(DTYPE *__restrict__ s, "
-            f"{_PARAMS}{vec})")
+            f"{_PARAMS}{_flag_parameters(op)})")
 
 
 def _copy(writer: CodeWriter, op: Operand, asynchronous: bool) -> None:
@@ -145,7 +159,8 @@ def _copy(writer: CodeWriter, op: Operand, asynchronous: bool) -> None:
     with writer.block(_signature(op, function)):
         if op.vector:
             with writer.block("if (vec)"):
-                body = _VBOUNDS + (_async_vector(op) if asynchronous else _load_vector(op))
+                copy = _async_vector(op) if asynchronous else _load_vector(op)
+                body = _vector_bounds(op) + copy
                 _vector_loop(writer, op, body)
                 writer.line("return;")
         if asynchronous:
@@ -154,7 +169,7 @@ def _copy(writer: CodeWriter, op: Operand, asynchronous: bool) -> None:
                        f"else {op.store('r', 'c')} = in ? g[off] : PT_ZERO;"]
         else:
             element = [f"{op.store('r', 'c')} = in ? g[off] : PT_ZERO;"]
-        _element_loop(writer, op, _BOUNDS + element)
+        _element_loop(writer, op, _bounds(op) + element)
     writer.line("")
 
 
@@ -184,9 +199,8 @@ def _fetch(writer: CodeWriter, op: Operand) -> None:
                 "per thread */")
     writer.line(f"// Register-staging: this thread's share of the {op.name.upper()} tile "
                 "from global memory into registers; zeros outside.")
-    vec = ", bool vec" if op.vector else ""
     head = (f"__device__ __forceinline__ void pt_fetch_{op.name}(DTYPE (&reg)[{_regs(op)}], "
-            f"{_PARAMS}{vec})")
+            f"{_PARAMS}{_flag_parameters(op)})")
     with writer.block(head):
         if op.vector:
             with writer.block("if (vec)"):
@@ -198,9 +212,9 @@ def _fetch(writer: CodeWriter, op: Operand) -> None:
                          "} else {", "    #pragma unroll",
                          f"    for (int q = 0; q < PT_VEC; ++q) reg[it * PT_VEC + q] = {_GUARDED};",
                          "}"]
-                _vector_loop(writer, op, _VBOUNDS + fetch)
+                _vector_loop(writer, op, _vector_bounds(op) + fetch)
                 writer.line("return;")
-        _element_loop(writer, op, _BOUNDS + ["reg[it] = in ? g[off] : PT_ZERO;"])
+        _element_loop(writer, op, _bounds(op) + ["reg[it] = in ? g[off] : PT_ZERO;"])
     writer.line("")
 
 

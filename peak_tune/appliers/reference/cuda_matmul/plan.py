@@ -8,7 +8,7 @@ changes one part of it. The plan records, part by part, what the code looks like
 - operands: read from global memory, or staged through shared-memory tiles (`shared`),
   with A stored transposed, rows padded, 16-byte copies per operand, copies staged in
   registers (into one shared buffer or two in turn) or issued with cp.async into
-  NUM_STAGES buffers;
+  NUM_STAGES buffers, bounds-checked everywhere or only in blocks at the edge (`interior`);
 - compute: SIMT (one output per thread, or a TRD_Y_DIM x TRD_X_DIM thread tile, laid out
   contiguously or strided, fragments cached in registers, lanes arranged per warp) or
   tensor cores (mma.sync m16n8k16, one or TENSOR_TILE_M x TENSOR_TILE_N tiles per warp,
@@ -64,6 +64,7 @@ class Plan:
     producer: bool = False  # warp-specialize: one warpgroup copies, mbarriers hand tiles over
     hoisted: bool = False  # address-hoisting: inside tiles copied from addresses set up once
     tma: bool = False  # tma: whole tiles loaded by the Tensor Memory Accelerator
+    interior: bool = False  # interior-tiles: blocks inside the matrices copy unchecked
 
     def but(self, **changes: bool) -> Plan:
         return replace(self, **changes)
@@ -74,7 +75,7 @@ NAIVE = Plan(tiled=False)
 _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
-_LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer")
+_LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -109,6 +110,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("vector_b", "shared"),
     ("staging", "shared"),
     ("double_buffer", "staging"),
+    ("interior", "shared"),
     ("stages", "shared"),
     ("mma", "shared"),
     ("mma_tiles", "mma"),
@@ -129,6 +131,7 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("wgmma", "ldmatrix"),
     ("wgmma", "transpose_a"),
     ("wgmma", "padded"),
+    ("wgmma", "interior"),  # its copies have their own (address-hoisting)
 )
 
 

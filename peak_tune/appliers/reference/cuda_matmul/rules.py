@@ -148,6 +148,16 @@ def double_buffer(plan: Plan, device: DeviceProfile) -> Change:
     return Change(plan.but(double_buffer=True))
 
 
+def interior_tiles(plan: Plan, device: DeviceProfile) -> Change:
+    """Blocks wholly inside the matrices copy their tiles without bounds checks."""
+    _shared(plan, "interior-tiles")
+    _once(plan.interior, "interior-tiles: the interior blocks already copy unchecked")
+    if plan.wgmma:
+        raise InvalidPoint("interior-tiles: wgmma's copies are not the shared-tile copies it "
+                           "changes (address-hoisting is their counterpart)")
+    return Change(plan.but(interior=True))
+
+
 def pipelining(plan: Plan, device: DeviceProfile) -> Change:
     _shared(plan, "pipelining")
     _once(plan.stages, "pipelining: the tiles are already multi-buffered")
@@ -215,6 +225,8 @@ def wgmma(plan: Plan, device: DeviceProfile) -> Change:
           "fragments of tensor-tiling and ldmatrix; apply it instead of them")
     _once(plan.transpose_a or plan.padded, "wgmma lays the tiles out in its own swizzled "
           "layout: it cannot follow transpose or offset")
+    _once(plan.interior, "wgmma copies its tiles its own way: it cannot follow "
+          "interior-tiles (address-hoisting is its counterpart)")
     arch = str(device.facts.get("arch", ""))
     if arch != "sm_90a":
         raise InvalidPoint(f"wgmma needs an sm_90a target (Hopper with arch = \"sm_90a\" in "
@@ -272,6 +284,7 @@ RULES: Mapping[str, Rule] = {
     "offset": offset,
     "register-staging": register_staging,
     "double-buffer": double_buffer,
+    "interior-tiles": interior_tiles,
     "pipelining": pipelining,
     "split-k": split_k,
     "block-swizzle": block_swizzle,
