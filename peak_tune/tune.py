@@ -242,7 +242,8 @@ class TuneSession:
         self.pipeline = Pipeline(setup, self.backend, self.applier, self.cache)
         self.encoding = self._encoding()
         try:
-            self.polisher = Polisher(config.polish)
+            steps = self.transformations if config.encoding == "subset" else None
+            self.polisher = Polisher(config.polish, transformations=steps)
         except ValueError as exc:
             raise UserError(f"--polish {config.polish}: {exc}") from exc
         if config.tell_order not in TELL_ORDERS:

@@ -109,9 +109,17 @@ def test_a_study_spends_its_share_on_valid_neighbours_of_its_best(tmp_path: Path
     for trial in polished:
         origin = found[trial.user_attrs["neighbour_of"]]
         changed = {k for k in trial.params if trial.params[k] != origin.params.get(k)}
-        assert changed and not any(k.startswith(("use.", "pos.")) for k in changed)
+        switched = {k for k in set(trial.params) | set(origin.params)
+                    if k.startswith("use.") and trial.params.get(k) != origin.params.get(k)}
+        if switched:  # a sequence neighbour: one step added or dropped
+            (key,) = switched
+            with_it = trial.params[key]
+            assert trial.user_attrs["moved"] == f"{'with' if with_it else 'without'} {key[4:]}"
+            continue
+        assert changed and not any(k.startswith("pos.") for k in changed)
         assert trial.user_attrs["status"] != "invalid"
         assert trial.user_attrs["sequence"] == origin.user_attrs["sequence"]
+    assert any(not t.user_attrs["moved"].startswith(("with ", "without ")) for t in polished)
     keys = [tuple(sorted(t.params.items())) for t in found]
     assert len(set(keys)) == len(keys)
 
@@ -146,3 +154,32 @@ def test_cuda_trials_pruned_by_their_constraints_are_followed_by_their_repair(
         assert "constraint" in origin.user_attrs["message"]
         assert trial.user_attrs["status"] == "ok"
         assert trial.user_attrs["sequence"] == origin.user_attrs["sequence"]
+
+
+def test_a_best_sequence_has_neighbours_with_one_step_dropped_or_added():
+    """search-8's fp32 kernel: interior-tiles is offered (its requirement is used), wgmma
+    is not (it requires tensor-core), and each used step can be dropped."""
+    from peak_tune.catalog.loaders import load_transformations
+    from peak_tune.search.polish import step_neighbours
+    catalog = {tid: t for tid, t in load_transformations([Path(__file__).parents[2]
+                                                          / "transforms"]).items()
+               if "cuda" in t.backends}
+    used = ("refactor", "thread-tiling", "tb-tiling", "register-staging", "vector-loads")
+    params: dict[str, object] = {f"use.{tid}": tid in used for tid in catalog}
+    params.update({f"pos.{tid}": i / 10 for i, tid in enumerate(used)})
+    params.update({"tb-tiling.BLOCK_M": 128, "thread-tiling.TRD_Y_DIM": 8})
+    found = dict((what, p) for p, what in step_neighbours(params, catalog))
+    assert found["with interior-tiles"] == {**params, "use.interior-tiles": True,
+                                            "pos.interior-tiles": 1.0}
+    assert "with wgmma" not in found and "with tensor-core" not in found  # conflicts
+    assert "with pipelining" not in found  # conflicts with register-staging
+    dropped = found["without tb-tiling"]
+    assert dropped["use.tb-tiling"] is False
+    assert "pos.tb-tiling" not in dropped and "tb-tiling.BLOCK_M" not in dropped
+    assert dropped["thread-tiling.TRD_Y_DIM"] == 8
+    assert {w for w in found if w.startswith("without")} == {f"without {t}" for t in used}
+    polisher = Polisher(share=0.5, transformations=catalog)
+    queued = polisher.offer(0, params, variant(), {"A": 2, "B": 2, "U": 2}, gflops=1.0)
+    assert queued == 4 + len(found)  # the values' neighbours and the sequence's
+    assert Polisher(share=0.5).offer(0, params, variant(), {"A": 2, "B": 2, "U": 2},
+                                     gflops=1.0) == 4  # no catalog: values only
