@@ -96,13 +96,29 @@ class HistoryWindow(_Forwarding):
         self._shapes_seen: set[frozenset[str]] = set()  # parameter sets shown to the groups
         self._kept: set[int] = set()  # the window's finished trials, by number ...
         self._kept_for = (-1, -1)  # ... for this many trials and finished trials
+        # The window of the ask in progress, for (the asked trial's number, the number of
+        # trials): an ask reads it once per parameter group (~20 times), and nothing it
+        # shows changes before the ask ends (the asked trial itself, whose parameters
+        # grow, TPE leaves out); forgotten at every trial's start and end as well. At
+        # trial 2000 the scans were a fifth of an ask.
+        self._this_ask: tuple[tuple[int, int], list[FrozenTrial]] | None = None
 
-    def _view(self, study: optuna.Study) -> optuna.Study:
-        return _WindowedStudy(study, self)  # type: ignore[return-value]  # duck-typed
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._this_ask = None
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Any) -> None:
+        self._this_ask = None
+        self.inner.after_trial(study, trial, state, values)
+
+    def _view(self, study: optuna.Study, trial: FrozenTrial) -> optuna.Study:
+        return _WindowedStudy(study, self, trial.number)  # type: ignore[return-value]
 
     def infer_relative_search_space(self, study: optuna.Study,
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        view = _WindowedStudy(study, self, new_shapes_only=_decomposes_in_groups(self.inner))
+        view = _WindowedStudy(study, self, trial.number,
+                              new_shapes_only=_decomposes_in_groups(self.inner))
         return self.inner.infer_relative_search_space(view, trial)  # type: ignore[arg-type]
 
     def new_shapes(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -118,17 +134,25 @@ class HistoryWindow(_Forwarding):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        return self.inner.sample_relative(self._view(study), trial, search_space)
+        return self.inner.sample_relative(self._view(study, trial), trial, search_space)
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        return self.inner.sample_independent(self._view(study), trial, param_name,
+        return self.inner.sample_independent(self._view(study, trial), trial, param_name,
                                              param_distribution)
 
-    def window(self, trials: list[FrozenTrial], direction: StudyDirection) -> list[FrozenTrial]:
-        """The trials the sampler sees, in study order (failed ones never: TPE ignores
-        them). The kept numbers are worked out again only when a trial has finished or
-        started since the last call: an ask calls this once per parameter group."""
+    def window(self, trials: list[FrozenTrial], direction: StudyDirection,
+               asking: int = -1) -> list[FrozenTrial]:
+        """The trials the sampler sees while it asks for trial number `asking`, in study
+        order (failed ones never: TPE ignores them). The kept numbers are worked out
+        again only when a trial has finished or started since the last call."""
+        key = (asking, len(trials))
+        if self._this_ask is None or self._this_ask[0] != key or asking < 0:
+            self._this_ask = key, self._window(trials, direction)
+        return self._this_ask[1]
+
+    def _window(self, trials: list[FrozenTrial], direction: StudyDirection
+                ) -> list[FrozenTrial]:
         finished = [t for t in trials if t.state in _FINISHED]
         if len(finished) <= self.keep_best + self.keep_recent:
             return [t for t in trials if t.state in _FINISHED or t.state in _UNFINISHED]
@@ -146,10 +170,11 @@ class HistoryWindow(_Forwarding):
 class _WindowedStudy:
     """The study as the wrapped sampler sees it: everything as is, but fewer trials."""
 
-    def __init__(self, study: optuna.Study, history: HistoryWindow,
+    def __init__(self, study: optuna.Study, history: HistoryWindow, asking: int,
                  new_shapes_only: bool = False) -> None:
         self._study = study
         self._history = history
+        self._asking = asking  # the number of the trial being asked for
         self._new_shapes_only = new_shapes_only
 
     def __getattr__(self, name: str) -> Any:
@@ -159,7 +184,7 @@ class _WindowedStudy:
                     use_cache: bool = False) -> list[FrozenTrial]:
         every = self._study._get_trials(deepcopy=False, use_cache=use_cache)
         if not self._study._is_multi_objective():  # Pareto fronts need every trial
-            every = self._history.window(every, self._study.direction)
+            every = self._history.window(every, self._study.direction, self._asking)
         chosen = every if states is None else [t for t in every if t.state in states]
         if self._new_shapes_only:
             chosen = self._history.new_shapes(chosen)

@@ -162,3 +162,39 @@ def _context(transformation: Transformation) -> Any:
     class Context:  # what suggest_params reads of a variant
         params = transformation.params
     return Context
+
+
+class Unremembered(HistoryWindow):
+    """The window worked out again at every read, as before it was kept per ask."""
+
+    scans = 0
+
+    def window(self, trials: list[FrozenTrial], direction: Any,
+               asking: int = -1) -> list[FrozenTrial]:
+        Unremembered.scans += 1
+        return self._window(trials, direction)
+
+
+def test_the_window_is_worked_out_once_per_ask_and_samples_the_same():
+    def run(sampler: HistoryWindow) -> list[dict[str, Any]]:
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        study.optimize(conditional, n_trials=60, catch=(RuntimeError,))
+        return [t.params for t in study.trials]
+
+    def tpe() -> optuna.samplers.TPESampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=7, multivariate=True, group=True,
+                                              n_startup_trials=5)
+
+    kept = HistoryWindow(tpe(), keep_best=3, keep_recent=5)
+    scans: list[int] = []
+    original = kept._window
+
+    def counted(trials: list[FrozenTrial], direction: Any) -> list[FrozenTrial]:
+        scans.append(len(trials))
+        return original(trials, direction)
+
+    kept._window = counted  # type: ignore[method-assign]
+    assert run(kept) == run(Unremembered(tpe(), keep_best=3, keep_recent=5))
+    assert Unremembered.scans > 2 * len(scans) and len(scans) <= 60  # once per ask at most
