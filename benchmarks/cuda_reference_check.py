@@ -140,6 +140,24 @@ def values(context: KernelContext, table: Mapping[str, int]) -> dict[str, int]:
     return chosen
 
 
+def output_folder() -> Path:
+    """Where a run writes its JSON: $OUT (the device tool's) or ./results."""
+    folder = output_folder()
+    return folder
+
+
+def time_vendors(backend: CudaBackend, dtype: str, sizes: Mapping[str, ProblemSize],
+                 config: EvalConfig) -> dict[str, dict[str, Any]]:
+    """cuBLAS at each labelled size, printed as it is timed."""
+    spec = load_spec(ROOT / "seeds" / "matmul")
+    found = {}
+    for label, size in sizes.items():
+        name, m = backend.time_vendor(spec, dtype, size, config)
+        found[label] = {"name": name, **row(m)}
+        print(f"cuBLAS {label}: {m.gflops:.0f} GFLOP/s ({name})", flush=True)
+    return found
+
+
 def row(m: Measurement) -> dict[str, Any]:
     return {"median_ms": m.median_ms, "gflops": m.gflops, "spread": m.spread,
             "samples_ms": list(m.samples_ms)}
@@ -187,8 +205,7 @@ def main() -> int:
                            "command": shlex.join(["python3", *sys.argv]), "device_profile":
                            device.name, "vendor": {}, "timed": [], "coverage": []}
     build_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "peak-tune-cuda-reference"
-    folder = Path(os.environ.get("OUT", ROOT / "results"))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = output_folder()
 
     def save() -> None:  # after every variant: a run stopped at its limit keeps its results
         (folder / "cuda_reference_check.json").write_text(json.dumps(out, indent=1))

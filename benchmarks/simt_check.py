@@ -31,8 +31,9 @@ from cuda_reference_check import (  # benchmarks/ is the script's folder
     ROOT,
     Runner,
     build,
-    row,
+    output_folder,
     this_gpu_profile,
+    time_vendors,
     values,
 )
 
@@ -98,8 +99,7 @@ def main() -> int:
                            "command": shlex.join(["python3", *sys.argv]),
                            "device_profile": device.name, "checks": [c.as_dict() for c in checks],
                            "vendor": {}, "timed": []}
-    folder = Path(os.environ.get("OUT", ROOT / "results"))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = output_folder()
     build_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "peak-tune-simt"
 
     def save() -> None:
@@ -127,10 +127,7 @@ def main() -> int:
     with CudaBackend(device) as backend:
         out["fingerprint"] = dict(backend.fingerprint())
         runner = Runner(backend, config, build_dir)
-        for label, size in sizes.items():
-            name, m = backend.time_vendor(spec, "float32", size, config)
-            out["vendor"][label] = {"name": name, **row(m)}
-            print(f"cuBLAS {label}: {m.gflops:.0f} GFLOP/s ({name})", flush=True)
+        out["vendor"] = time_vendors(backend, "float32", sizes, config)
         for name, kernel, context, params in variants:
             for label, size in sizes.items():
                 # validated once, at the first size; the checks do not depend on the size

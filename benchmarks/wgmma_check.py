@@ -29,8 +29,9 @@ from cuda_reference_check import (  # benchmarks/ is the script's folder
     ROOT,
     Runner,
     build,
-    row,
+    output_folder,
     this_gpu_profile,
+    time_vendors,
     values,
 )
 
@@ -117,8 +118,7 @@ def main() -> int:
                            "sizes": {k: v.as_dict() for k, v in sizes.items()},
                            "checks": [c.as_dict() for c in checks], "vendor": {}, "timed": [],
                            "validated": []}
-    folder = Path(os.environ.get("OUT", ROOT / "results"))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = output_folder()
     build_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "peak-tune-wgmma"
 
     def save() -> None:
@@ -127,10 +127,7 @@ def main() -> int:
     with CudaBackend(device) as backend:
         out["fingerprint"] = dict(backend.fingerprint())
         runner = Runner(backend, config, build_dir)
-        for label, size in sizes.items():
-            name, m = backend.time_vendor(spec, "float16", size, config)
-            out["vendor"][label] = {"name": name, **row(m)}
-            print(f"cuBLAS {label}: {m.gflops:.0f} GFLOP/s ({name})", flush=True)
+        out["vendor"] = time_vendors(backend, "float16", sizes, config)
         small = ProblemSize.of({"M": 256, "N": 192, "K": 320})
         for label, sequence, override in VALIDATE_ONLY:
             context = build(sequence, device)
