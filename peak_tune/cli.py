@@ -128,10 +128,14 @@ def _llm_options(p: argparse.ArgumentParser) -> None:
                    help="independent LLM applications per step; the first that compiles "
                         "and validates is used, later ones are asked only on failure")
     p.add_argument("--max-tokens-total", type=int,
-                   help="stop the run (exit 3) once this run's LLM calls used this many tokens")
+                   help="stop the run (exit 3) once the LLM calls used this many tokens "
+                        "(this run's, or the study's with --budget-scope study)")
     p.add_argument("--max-cost", type=float, metavar="USD",
-                   help="stop the run (exit 3) once this run's LLM calls cost this many "
-                        "dollars (the model needs a price)")
+                   help="stop the run (exit 3) once the LLM calls cost this many dollars "
+                        "(the model needs a price)")
+    p.add_argument("--budget-scope", choices=("run", "study"), default="run",
+                   help="what the budgets count: this run's calls (default), or the "
+                        "study's in every run so far (from the journal in the cache)")
     p.add_argument("--llm-prices", metavar="FILE",
                    help="TOML price table extending the built-in one (USD per million tokens)")
     p.add_argument("--llm-concurrency", type=int, help="LLM requests in flight at once "
@@ -242,6 +246,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         apply_workers=args.apply_workers, executor=args.executor,
         ray_address=args.ray_address, ray_workers=args.ray_workers,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),
+        budget_scope=args.budget_scope,
     )
 
 
@@ -273,8 +278,9 @@ def _tune(args: argparse.Namespace) -> int:
             if args.profile and not stop.requested():
                 print(f"peak-tune: ncu: {session.profile_best()}", file=sys.stderr)
         interrupted = stop.requested()
-        budget = ("" if budget_left() or progress.done >= args.trials
-                  else "the token or cost budget is spent")
+        spent_budget = getattr(session.applier, "budget_spent", lambda: "")
+        budget = "" if budget_left() or progress.done >= args.trials else (
+            spent_budget() or "the token or cost budget is spent")
     except KeyboardInterrupt:
         interrupted = True
     except BudgetReached as exc:

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 # timing makes it the best (runs of one kernel differ by a few percent), and the fp32
 # studies at 8192 were bound by the device (98-100% busy in search-13 and search-14).
 SLOW_FACTOR = 2.0
+BUDGET_SCOPES = ("run", "study")
 PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
 
 
@@ -95,6 +96,9 @@ class TuneConfig:
     ray_address: str | None = None
     ray_workers: int = 0  # device actors on Ray; 0: one per GPU (per node for C)
     eval_config: EvalConfig = field(default_factory=EvalConfig)
+    # what the LLM budget counts: this run's calls ("run") or, from the journal, the
+    # study's calls in every run so far as well ("study")
+    budget_scope: str = "run"
 
 
 @dataclass
@@ -259,10 +263,42 @@ class TuneSession:
         self.study = self._study(backend_name)
         self.vendor: dict[str, tuple[str, Measurement]] = {}
         self._journal = LLMJournal(self.cache)
+        self._count_earlier_spend()
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
         # where the trial loop's own thread spent its time: a study whose driver mostly
         # waits is limited by its devices, one that mostly asks by the sampler
         self.loop_seconds = {"asking": 0.0, "waiting": 0.0, "telling": 0.0}
+
+    def _count_earlier_spend(self) -> None:
+        """With budget_scope "study", the LLM budget also counts the calls the journal
+        holds for this study from earlier runs."""
+        scope = self.config.budget_scope
+        if scope not in BUDGET_SCOPES:
+            raise UserError(f"--budget-scope must be run or study, not {scope!r}")
+        count = getattr(self.applier, "count_earlier", None)
+        if scope == "run" or count is None:
+            return
+        from peak_tune.appliers.llm.client import Usage
+        from peak_tune.appliers.llm.prices import price_for
+        from peak_tune.appliers.llm.stats import read_records
+
+        name = self.study.study_name
+        earlier = [r for r in read_records(self.cache.folder) if r.study == name]
+        prices = str(self.config.llm_settings.get("prices_file") or "")
+        cost, unpriced = 0.0, set()
+        for r in earlier:  # a call journaled without a price is priced by today's table
+            if r.cost_usd is not None:
+                cost += r.cost_usd
+            elif (price := price_for(r.model, prices)) is not None:
+                cost += price.cost_usd(r.prompt_tokens, r.completion_tokens)
+            else:
+                unpriced.add(r.model)
+        if unpriced and self.config.llm_settings.get("max_cost_usd"):
+            raise UserError(f"--max-cost with --budget-scope study: study {name!r} has earlier "
+                            f"calls without a price (model {', '.join(sorted(unpriced))}); "
+                            "give it with --llm-prices FILE, or count this run only")
+        count(Usage(len(earlier), sum(r.prompt_tokens for r in earlier),
+                    sum(r.completion_tokens for r in earlier), cost))
 
     def _applier(self) -> Applier:
         """The reference applier, or the LLM one wired to this backend's compiler and

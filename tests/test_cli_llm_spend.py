@@ -4,13 +4,14 @@ prices: the real openai client, the local protocol server, the real C backend an
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
 import optuna
 import pytest
 
-from peak_tune.appliers.llm.stats import read_records
+from peak_tune.appliers.llm.stats import append_records, read_records
 from tests.appliers.test_llm import INTERCHANGED, KEY, fenced
 from tests.appliers.test_llm_repair import SKIPS_FIRST_K
 from tests.llm_server import LLMServer, reply
@@ -103,6 +104,51 @@ def test_a_spent_token_budget_ends_the_run_and_the_study_resumes(tmp_path: Path)
     assert data["trials"] == {**data["trials"], "total": 3, "complete": 2, "failed": 1}
     assert data["best"]["sequence"] == ["loop-interchange", "openmp-parallel"]
     no_key_anywhere(tmp_path, stopped.stdout, stopped.stderr, resumed.stdout)
+
+
+def test_a_study_scoped_budget_counts_the_earlier_runs_of_the_study(tmp_path: Path) -> None:
+    """--budget-scope study: a resumed study whose journal already holds the budget makes
+    no call; earlier calls journaled without a price are priced by today's table (or,
+    with none, refused in one line); a larger budget lets the study go on."""
+    args = ["--study", "s", "--sequence", "loop-interchange,openmp-parallel", *SMALL,
+            "--apply-workers", "1", "--json", "--results", str(tmp_path),
+            "--budget-scope", "study"]
+    with LLMServer() as server:
+        server.script(reply(fenced(INTERCHANGED)))  # 100 + 50 tokens
+        first = peak(*args, "--trials", "3", "--max-tokens-total", "100",
+                     env=endpoint(server.url + "/v1"))
+        assert first.returncode == 3, first.stderr
+        assert chat_calls(server) == 1
+        again = peak(*args, "--trials", "3", "--max-tokens-total", "100",
+                     env=endpoint(server.url + "/v1"))
+        assert again.returncode == 3, again.stderr
+        assert chat_calls(server) == 1  # nothing asked: the study's budget was spent
+        (line,) = [x for x in again.stderr.splitlines() if "budget" in x]
+        assert ("token budget of 100 exhausted: 150 tokens used (150 in earlier runs) "
+                "(this run: 0 tokens") in line
+        prices = tmp_path / "prices.toml"  # the first call, journaled unpriced, is priced now
+        prices.write_text('[models."test-model"]\ninput = 2.0\noutput = 8.0\n')
+        priced = peak(*args, "--trials", "1", "--max-cost", "0.0005", "--llm-prices",
+                      str(prices), env=endpoint(server.url + "/v1"))
+        assert priced.returncode == 3, priced.stderr
+        assert chat_calls(server) == 1
+        assert "cost budget of $0.0005 exhausted: $0.0006 spent ($0.0006 in earlier runs)" in (
+            priced.stderr)
+        append_records(tmp_path / "cache", [dataclasses.replace(
+            read_records(tmp_path / "cache")[0], model="other-model")], "s")
+        unpriced = peak(*args, "--trials", "1", "--max-cost", "1", "--llm-prices",
+                        str(prices), env=endpoint(server.url + "/v1"))
+        assert unpriced.returncode == 2
+        assert unpriced.stderr.strip().splitlines() == [
+            "peak-tune: error: --max-cost with --budget-scope study: study 's' has earlier "
+            "calls without a price (model other-model); give it with --llm-prices FILE, or "
+            "count this run only"]
+        server.script(reply(fenced(PARALLEL)))
+        more = peak(*args, "--trials", "2", "--max-tokens-total", "1000",
+                    env=endpoint(server.url + "/v1"))
+        assert more.returncode == 0, more.stderr
+        assert chat_calls(server) == 2
+    assert last_json(more.stdout)["best"]["sequence"] == ["loop-interchange", "openmp-parallel"]
 
 
 def test_cost_in_the_summary_stats_and_csv_is_usage_times_price(tmp_path: Path) -> None:

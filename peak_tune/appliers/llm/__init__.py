@@ -124,6 +124,14 @@ class LLMApplier:
         """False once the token or cost budget is spent (no further call would start)."""
         return self._session.budget_left()
 
+    def budget_spent(self) -> str:
+        """Which budget is spent and by how much, or "" while both last."""
+        return self._session.budget_spent()
+
+    def count_earlier(self, earlier: Usage) -> None:
+        """Let the budget count `earlier` calls too (the study's earlier runs)."""
+        self._session.count_earlier(earlier)
+
     def apply(
         self,
         context: KernelContext,

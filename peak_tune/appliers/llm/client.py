@@ -112,6 +112,11 @@ class ChatSession:
             raise UserError(f"--max-cost needs the price of model {config.model!r}, which "
                             "the price table lacks: give one with --llm-prices FILE")
         self.records: list[CallRecord] = []
+        self._earlier = Usage(0, 0, 0, 0.0)  # what the budget counts besides this run
+
+    def count_earlier(self, earlier: Usage) -> None:
+        """Let the budget count `earlier` calls too (a study's earlier runs)."""
+        self._earlier = earlier
 
     def tokens_used(self) -> int:
         with self._lock:
@@ -126,11 +131,15 @@ class ChatSession:
 
     def budget_left(self) -> bool:
         """False once the token or cost budget is spent."""
+        return not self.budget_spent()
+
+    def budget_spent(self) -> str:
+        """Which budget is spent and by how much, or "" while both last."""
         try:
             self._check_budget()
-        except BudgetExhausted:
-            return False
-        return True
+        except BudgetExhausted as exc:
+            return str(exc)
+        return ""
 
     def mark(self, index: int, outcome: str, message: str) -> None:
         """Set the outcome of record `index` once its reply has been judged."""
@@ -192,15 +201,21 @@ class ChatSession:
             return len(self.records) - 1
 
     def _check_budget(self) -> None:
+        earlier = self._earlier
+        before = f" ({earlier.total_tokens} in earlier runs)" if earlier.calls else ""
         budget = self._config.max_tokens_total
-        used = self.tokens_used()
+        used = self.tokens_used() + earlier.total_tokens
         if budget and used >= budget:
-            raise BudgetExhausted(f"token budget of {budget} exhausted: {used} tokens used")
+            raise BudgetExhausted(f"token budget of {budget} exhausted: {used} tokens "
+                                  f"used{before}")
         dollars = self._config.max_cost_usd
         spent = self.cost_used()
-        if dollars and spent is not None and spent >= dollars:
-            raise BudgetExhausted(f"cost budget of ${dollars:g} exhausted: "
-                                  f"${spent:.4f} spent")
+        if dollars and spent is not None and earlier.cost_usd is not None:
+            spent += earlier.cost_usd
+            if spent >= dollars:
+                before = f" (${earlier.cost_usd:.4f} in earlier runs)" if earlier.calls else ""
+                raise BudgetExhausted(f"cost budget of ${dollars:g} exhausted: "
+                                      f"${spent:.4f} spent{before}")
 
 
 def _classify(exc: Exception) -> tuple[str, bool]:
