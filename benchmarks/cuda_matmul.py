@@ -7,6 +7,12 @@ in the same worker. Triton and cuBLAS (torch) are timed side by side with
 triton.testing.do_bench; only ratios within one timer are reported.
 
     python benchmarks/cuda_matmul.py --trials 300 --paper-trials 60 --results /tmp/r
+
+A run starts fresh studies unless `--study NAME` is given: then the search study of each
+(dtype, size) is `NAME-<dtype>-<n>` (a paper row's `NAME-<dtype>-<n>-<paper>`) in
+--results, created or continued, so a later device call given the same folder back (its
+`peak.db` and `cache/`; `cache/builds` may be left behind, builds are redone) goes on
+where this one stopped. `trials_per_second` counts the trials of this run only.
 """
 
 from __future__ import annotations
@@ -41,11 +47,14 @@ def _driver() -> str:
 
 
 def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
-              sequence: tuple[str, ...] = (), profile: bool = False) -> dict[str, Any]:
+              sequence: tuple[str, ...] = (), profile: bool = False,
+              study: str | None = None) -> dict[str, Any]:
     config = TuneConfig(device="h200", dtype=dtype, sizes=({"M": n, "N": n, "K": n},),
-                        results=results, sequence=sequence, seed=0)
+                        results=results, sequence=sequence, seed=0, study=study)
     started = time.perf_counter()
     session = open_session(config)
+    earlier = len(session.study.get_trials(  # a continued study's, run to an end
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)))
     try:
         session.measure_vendor()
         deadline = started + seconds
@@ -60,7 +69,8 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
     finally:
         session.close()
     data = summary(session, searched)
-    data["trials_per_second"] = data["trials"]["total"] / max(data["seconds"], 1e-9)
+    data["trials_this_run"] = data["trials"]["total"] - earlier
+    data["trials_per_second"] = data["trials_this_run"] / max(data["seconds"], 1e-9)
     data["time"] = times
     data["failures"] = failure_messages(session)
     if ncu is not None:
@@ -107,6 +117,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="Nsight Compute on each search's best variant")
     parser.add_argument("--results", default="results-bench")
+    parser.add_argument("--study", help="continue (or start) the studies NAME-<dtype>-<n> "
+                                        "in --results instead of fresh ones")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "cuda_matmul.json"))
     args = parser.parse_args()
@@ -115,11 +127,13 @@ def main() -> None:
     for config in args.configs.split(","):
         dtype, n = config.split(":")
         row: dict[str, Any] = {"dtype": dtype, "n": int(n)}
+        named = f"{args.study}-{dtype}-{n}" if args.study else None
         row["search"] = study_row(dtype, int(n), args.trials, Path(args.results),
-                                  args.seconds, profile=args.profile)
+                                  args.seconds, profile=args.profile, study=named)
         row["paper"] = {
             name: study_row(dtype, int(n), args.paper_trials, Path(args.results),
-                            args.seconds / 2, tuple(seq["sequence"]))
+                            args.seconds / 2, tuple(seq["sequence"]),
+                            study=f"{named}-{name}" if named else None)
             for name, seq in paper.items() if seq["dtype"] == dtype and not args.no_paper}
         row["triton"] = {} if args.no_triton else triton_row(dtype, int(n))
         rows.append(row)
@@ -130,7 +144,8 @@ def main() -> None:
               f"--seconds {args.seconds} --configs {args.configs}"
               + (" --no-paper" if args.no_paper else "")
               + (" --no-triton" if args.no_triton else "")
-              + (" --profile" if args.profile else ""),
+              + (" --profile" if args.profile else "")
+              + (f" --study {args.study}" if args.study else ""),
               "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")

@@ -97,7 +97,9 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
         },
         "ratio": best_gflops / vendor_gflops if vendor_gflops else None,
         "trials": {
-            "total": sum(states.values()),
+            # run to an end: trials enqueued but never started (a new study's first
+            # trials per branch, the polisher's next neighbour) are not counted
+            "total": states["COMPLETE"] + states["PRUNED"] + states["FAIL"],
             "complete": states["COMPLETE"],
             "pruned": states["PRUNED"],
             "failed": states["FAIL"],

@@ -1,0 +1,35 @@
+"""benchmarks/cuda_matmul.py without a GPU (the instant CUDA stand-in): a later call given
+the same results folder and --study continues each study where the last one stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from peak_tune import tune
+from tests.instant_backend import InstantCudaBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(tune, "make_backend", lambda name, device: InstantCudaBackend(device))
+    import cuda_matmul  # benchmarks/ is not a package
+
+    return cuda_matmul
+
+
+def test_a_named_study_continues_in_a_later_call(bench: ModuleType, tmp_path: Path) -> None:
+    first = bench.study_row("float32", 256, 6, tmp_path, 600.0, study="s-float32-256")
+    second = bench.study_row("float32", 256, 5, tmp_path, 600.0, study="s-float32-256")
+    assert first["study"] == second["study"] == "s-float32-256"
+    assert first["trials_this_run"] == first["trials"]["total"] == 6
+    assert (second["trials_this_run"], second["trials"]["total"]) == (5, 11)
+    assert second["best"]["gflops"] >= first["best"]["gflops"]  # the whole study's best
+    assert second["trials_per_second"] == pytest.approx(5 / second["seconds"])
+    fresh = bench.study_row("float32", 256, 3, tmp_path, 600.0)
+    assert fresh["study"].endswith("-run1") and fresh["trials"]["total"] == 3
