@@ -13,6 +13,8 @@ A run starts fresh studies unless `--study NAME` is given: then the search study
 --results, created or continued, so a later device call given the same folder back (its
 `peak.db` and `cache/`; `cache/builds` may be left behind, builds are redone) goes on
 where this one stopped. `trials_per_second` counts the trials of this run only.
+`--warm-start`: each search after the first of its dtype starts from the best trials of
+the one before it (4096 -> 8192), as a user tuning several sizes would.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ def _driver() -> str:
 
 def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               sequence: tuple[str, ...] = (), profile: bool = False,
-              study: str | None = None) -> dict[str, Any]:
+              study: str | None = None, warm_start: tuple[str, ...] = ()) -> dict[str, Any]:
     config = TuneConfig(device="h200", dtype=dtype, sizes=({"M": n, "N": n, "K": n},),
-                        results=results, sequence=sequence, seed=0, study=study)
+                        results=results, sequence=sequence, seed=0, study=study,
+                        warm_start=warm_start)
     started = time.perf_counter()
     session = open_session(config)
     earlier = len(session.study.get_trials(  # a continued study's, run to an end
@@ -119,17 +122,24 @@ def main() -> None:
     parser.add_argument("--results", default="results-bench")
     parser.add_argument("--study", help="continue (or start) the studies NAME-<dtype>-<n> "
                                         "in --results instead of fresh ones")
+    parser.add_argument("--warm-start", action="store_true",
+                        help="start each search from the best of the dtype's search before")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "cuda_matmul.json"))
     args = parser.parse_args()
     paper = tomllib.loads(PAPER.read_text()) if PAPER.exists() else {}
     rows = []
+    searched: dict[str, str] = {}  # dtype -> its last search study (for --warm-start)
     for config in args.configs.split(","):
         dtype, n = config.split(":")
         row: dict[str, Any] = {"dtype": dtype, "n": int(n)}
         named = f"{args.study}-{dtype}-{n}" if args.study else None
+        warm = (searched[dtype],) if args.warm_start and dtype in searched else ()
         row["search"] = study_row(dtype, int(n), args.trials, Path(args.results),
-                                  args.seconds, profile=args.profile, study=named)
+                                  args.seconds, profile=args.profile, study=named,
+                                  warm_start=warm)
+        row["search"]["warm_start"] = list(warm)
+        searched[dtype] = row["search"]["study"]
         row["paper"] = {
             name: study_row(dtype, int(n), args.paper_trials, Path(args.results),
                             args.seconds / 2, tuple(seq["sequence"]),
@@ -145,7 +155,8 @@ def main() -> None:
               + (" --no-paper" if args.no_paper else "")
               + (" --no-triton" if args.no_triton else "")
               + (" --profile" if args.profile else "")
-              + (f" --study {args.study}" if args.study else ""),
+              + (f" --study {args.study}" if args.study else "")
+              + (" --warm-start" if args.warm_start else ""),
               "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")

@@ -71,6 +71,11 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS)
     p.add_argument("--encoding", default="subset", choices=ENCODINGS,
                    help="how a trial encodes a sequence (default subset)")
+    p.add_argument("--warm-start", metavar="STUDY[,STUDY]",
+                   help="a new study's first trials: the best of these studies (same storage, "
+                        "kernel and backend; e.g. a smaller size or another device)")
+    p.add_argument("--warm-start-top", type=int, default=10, metavar="N",
+                   help="trials taken from each --warm-start study (default 10)")
     p.add_argument("--no-branch-start", dest="branch_start", action="store_false",
                    help="do not start a new study with a few trials per branch of the "
                         "catalog's conflicts (e.g. SIMT tiles vs tensor cores)")
@@ -247,6 +252,8 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         ray_address=args.ray_address, ray_workers=args.ray_workers,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),
         budget_scope=args.budget_scope,
+        warm_start=tuple(s for s in (args.warm_start or "").split(",") if s),
+        warm_start_top=args.warm_start_top,
     )
 
 

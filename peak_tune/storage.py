@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from peak_tune.errors import UserError
 
-__all__ = ["driver_url", "open_storage", "results_storage_url"]
+__all__ = ["driver_url", "open_storage", "redacted_url", "results_storage_url"]
 
 SQLITE_BUSY_WAIT_S = 60  # how long a SQLite writer waits for another one's lock
 _SCHEMA_RACE_TRIES = 8
@@ -50,11 +50,11 @@ def open_storage(url: str) -> BaseStorage:
             # open what it made.
             if attempt + 1 == _SCHEMA_RACE_TRIES or not _is_schema_race(error):
                 reason = " ".join(str(error.orig).split())  # one line (psycopg adds hints)
-                raise UserError(f"cannot open the study storage {_redact(url)}: "
+                raise UserError(f"cannot open the study storage {redacted_url(url)}: "
                                 f"{reason}") from error
             time.sleep(0.2 * (attempt + 1))
         except ImportError as error:  # e.g. postgresql:// without the postgres extra
-            raise UserError(f"cannot open the study storage {_redact(url)}: {error} "
+            raise UserError(f"cannot open the study storage {redacted_url(url)}: {error} "
                             "(pip install 'peak-tune[postgres]')") from error
     raise AssertionError("unreachable")
 
@@ -65,7 +65,7 @@ def _is_schema_race(error: Exception) -> bool:
                                    "database is locked"))
 
 
-def _redact(url: str) -> str:
+def redacted_url(url: str) -> str:
     """The URL without a password, for messages."""
     if "@" not in url or "://" not in url:
         return url

@@ -45,7 +45,7 @@ from peak_tune.search.space import (
     branch_trial_params,
     suggest_params,
 )
-from peak_tune.storage import open_storage, results_storage_url
+from peak_tune.storage import open_storage, redacted_url, results_storage_url
 from peak_tune.study_mirror import open_mirrored_study
 
 __all__ = ["TrialRecord", "TuneConfig", "TuneSession", "open_session"]
@@ -99,6 +99,10 @@ class TuneConfig:
     # what the LLM budget counts: this run's calls ("run") or, from the journal, the
     # study's calls in every run so far as well ("study")
     budget_scope: str = "run"
+    # a new study's first trials: the best `warm_start_top` of these studies (same storage,
+    # kernel and backend; another size, dtype or device), e.g. 8192 starting from 4096
+    warm_start: tuple[str, ...] = ()
+    warm_start_top: int = 10
 
 
 @dataclass
@@ -365,6 +369,7 @@ class TuneSession:
             return optuna.create_study(storage=storage, study_name=name,
                                        load_if_exists=resume, directions=directions)
 
+        warm = self._warm_start_points(identity)  # checked before a study is made
         self.mirror = open_mirrored_study(
             open_storage(self.storage_url),
             lambda storage: (create(storage, c.study, True) if c.study
@@ -385,11 +390,48 @@ class TuneSession:
             self.mirror.set_user_attr("applier", self.applier.identity)
         if not study.trials and not c.sequence:
             study.enqueue_trial(self._seed_params(), skip_if_exists=True)
+            for params, origin in warm:
+                study.enqueue_trial(params, user_attrs={"warm_start_from": origin},
+                                    skip_if_exists=True)
             if c.branch_start:
                 for branch in branch_sequences(self.transformations):
                     study.enqueue_trial(branch_trial_params(branch, self.transformations,
                                                             c.encoding), skip_if_exists=True)
         return study
+
+    def _warm_start_points(self, identity: Mapping[str, Any]
+                           ) -> list[tuple[dict[str, Any], str]]:
+        """The parameters of the best `warm_start_top` trials of each warm-start study,
+        best first, each once, with where they come from ("study#trial")."""
+        c = self.config
+        if c.warm_start and c.warm_start_top < 1:
+            raise UserError("--warm-start-top must be 1 or more")
+        points: list[tuple[dict[str, Any], str]] = []
+        seen: set[tuple[tuple[str, Any], ...]] = set()
+        for name in c.warm_start:
+            try:
+                source = optuna.load_study(study_name=name,
+                                           storage=open_storage(self.storage_url))
+            except KeyError:
+                raise UserError(f"--warm-start {name}: no such study in "
+                                f"{redacted_url(self.storage_url)}") from None
+            made_for = source.user_attrs.get("identity", {})
+            for part in ("kernel", "backend"):
+                if made_for.get(part) != identity[part]:
+                    raise UserError(f"--warm-start {name}: a study of {part} "
+                                    f"{made_for.get(part)!r}, not {identity[part]!r}")
+            finished = source.get_trials(deepcopy=False,
+                                         states=(optuna.trial.TrialState.COMPLETE,))
+            finished.sort(key=lambda t: -(t.values[0] if t.values else 0.0))
+            taken = 0
+            for trial in finished:
+                key = tuple(sorted(trial.params.items()))
+                if taken >= c.warm_start_top or key in seen:
+                    continue
+                seen.add(key)
+                taken += 1
+                points.append((dict(trial.params), f"{name}#{trial.number}"))
+        return points
 
     def _new_study(self, storage: BaseStorage,
                    create: Callable[[BaseStorage, str, bool], optuna.Study]) -> optuna.Study:

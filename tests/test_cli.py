@@ -234,3 +234,29 @@ def test_user_catalog_adds_a_device_profile(tmp_path):
                 str(tmp_path / "cat"), "--results", str(tmp_path / "r"))
     assert done.returncode == 0, done.stderr
     assert last_json(done.stdout)["device"] == "my-laptop"
+
+
+def test_a_new_study_starts_from_the_best_of_another(tmp_path):
+    """--warm-start: after the seed, the new study (another size) first runs the best
+    trials of the given study, best first; an unknown study is one line and exit 2."""
+    base = ["--repeats", "3", "--json", "--results", str(tmp_path)]
+    small = peak("--study", "small", "--size", "64", "--trials", "10", *base)
+    assert small.returncode == 0, small.stderr
+    larger = peak("--study", "larger", "--size", "96", "--trials", "4", "--warm-start",
+                  "small", "--warm-start-top", "2", "--no-branch-start", *base)
+    assert larger.returncode == 0, larger.stderr
+    storage = f"sqlite:///{tmp_path}/peak.db"
+    source = optuna.load_study(study_name="small", storage=storage)
+    ranked = sorted((t for t in source.trials if t.values), key=lambda t: -t.values[0])
+    started = optuna.load_study(study_name="larger", storage=storage).trials
+    warm = [t for t in started if "warm_start_from" in t.user_attrs]
+    assert [t.number for t in warm] == [1, 2]  # right after the seed
+    assert warm[0].user_attrs["warm_start_from"] == f"small#{ranked[0].number}"
+    assert warm[0].params == ranked[0].params
+    assert warm[0].user_attrs["sequence"] == ranked[0].user_attrs["sequence"]
+    assert warm[1].params != warm[0].params
+    missing = peak("--size", "96", "--trials", "1", "--warm-start", "nope", *base)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        f"peak-tune: error: --warm-start nope: no such study in sqlite:///{tmp_path}/peak.db"]
+    assert sorted(optuna.get_all_study_names(storage)) == ["larger", "small"]  # none made

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
+import optuna
 import pytest
 
 from peak_tune import tune
@@ -33,3 +34,14 @@ def test_a_named_study_continues_in_a_later_call(bench: ModuleType, tmp_path: Pa
     assert second["trials_per_second"] == pytest.approx(5 / second["seconds"])
     fresh = bench.study_row("float32", 256, 3, tmp_path, 600.0)
     assert fresh["study"].endswith("-run1") and fresh["trials"]["total"] == 3
+
+
+def test_a_larger_size_can_start_from_the_smaller_ones_best(bench: ModuleType,
+                                                            tmp_path: Path) -> None:
+    small = bench.study_row("float32", 256, 6, tmp_path, 600.0)
+    larger = bench.study_row("float32", 512, 4, tmp_path, 600.0,
+                             warm_start=(small["study"],))
+    trials = optuna.load_study(study_name=larger["study"],
+                               storage=f"sqlite:///{tmp_path}/peak.db").trials
+    assert trials[1].user_attrs["warm_start_from"].startswith(small["study"] + "#")
+    assert trials[1].user_attrs["sequence"] == small["best"]["sequence"]
