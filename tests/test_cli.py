@@ -259,4 +259,9 @@ def test_a_new_study_starts_from_the_best_of_another(tmp_path):
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
         f"peak-tune: error: --warm-start nope: no such study in sqlite:///{tmp_path}/peak.db"]
+    none = peak("--size", "96", "--trials", "1", "--warm-start", "small", "--warm-start-top",
+                "0", *base)
+    assert none.returncode == 2
+    assert none.stderr.strip().splitlines() == [
+        "peak-tune: error: --warm-start-top must be 1 or more"]
     assert sorted(optuna.get_all_study_names(storage)) == ["larger", "small"]  # none made
