@@ -7,6 +7,7 @@ the study and the cache.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -260,14 +261,19 @@ class TuneSession:
         if config.tell_order not in TELL_ORDERS:
             raise UserError(f"--tell-order must be one of {', '.join(TELL_ORDERS)}, "
                             f"not {config.tell_order!r}")
+        self._count_earlier_spend()  # may refuse: before any process or study is made
         self.executor = self._executor(backend_name)  # before the study: fail first
-        self.tell_as_finished = tells_as_finished(config.tell_order, self.executor,
-                                                  replay=config.replay is not None)
-        self._appliers = ThreadPoolExecutor(self.apply_workers, thread_name_prefix="apply")
-        self.study = self._study(backend_name)
+        try:
+            self.tell_as_finished = tells_as_finished(config.tell_order, self.executor,
+                                                      replay=config.replay is not None)
+            self._appliers = ThreadPoolExecutor(self.apply_workers,
+                                                thread_name_prefix="apply")
+            self.study = self._study(backend_name)
+        except BaseException:
+            self._abandon()  # a refusal (e.g. a study made for another size) is one line
+            raise
         self.vendor: dict[str, tuple[str, Measurement]] = {}
         self._journal = LLMJournal(self.cache)
-        self._count_earlier_spend()
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
         # where the trial loop's own thread spent its time: a study whose driver mostly
         # waits is limited by its devices, one that mostly asks by the sampler
@@ -275,7 +281,8 @@ class TuneSession:
 
     def _count_earlier_spend(self) -> None:
         """With budget_scope "study", the LLM budget also counts the calls the journal
-        holds for this study from earlier runs."""
+        holds for this study from earlier runs (only a study named with --study has
+        any: a new run's study is new)."""
         scope = self.config.budget_scope
         if scope not in BUDGET_SCOPES:
             raise UserError(f"--budget-scope must be run or study, not {scope!r}")
@@ -286,7 +293,9 @@ class TuneSession:
         from peak_tune.appliers.llm.prices import price_for
         from peak_tune.appliers.llm.stats import read_records
 
-        name = self.study.study_name
+        name = self.config.study
+        if not name:
+            return
         earlier = [r for r in read_records(self.cache.folder) if r.study == name]
         prices = str(self.config.llm_settings.get("prices_file") or "")
         cost, unpriced = 0.0, set()
@@ -755,6 +764,17 @@ class TuneSession:
     def best_gflops(self) -> float:
         best = self.best_trial()
         return best.values[0] if best else 0.0
+
+    def _abandon(self) -> None:
+        """Stop what a start that failed had opened: the workers, the study writer."""
+        appliers = getattr(self, "_appliers", None)
+        if appliers is not None:
+            appliers.shutdown(wait=False, cancel_futures=True)
+        for part in (getattr(self, "executor", None), getattr(self, "mirror", None),
+                     self.backend):
+            if part is not None:
+                with contextlib.suppress(Exception):  # the error being raised matters
+                    part.close()
 
     def close(self) -> None:
         """Write every finished trial to the storage and stop the backend's workers."""

@@ -265,3 +265,15 @@ def test_a_new_study_starts_from_the_best_of_another(tmp_path):
     assert none.stderr.strip().splitlines() == [
         "peak-tune: error: --warm-start-top must be 1 or more"]
     assert sorted(optuna.get_all_study_names(storage)) == ["larger", "small"]  # none made
+
+
+def test_a_study_of_another_size_is_one_line_and_left_as_it_was(tmp_path):
+    base = ["--study", "s", "--repeats", "3", "--json", "--results", str(tmp_path)]
+    made = peak("--size", "64", "--trials", "2", *base)
+    assert made.returncode == 0, made.stderr
+    other = peak("--size", "96", "--trials", "2", *base)
+    assert other.returncode == 2
+    (line,) = other.stderr.strip().splitlines()
+    assert line.startswith("peak-tune: error: study 's' was made for ") and "64x64x64" in line
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/peak.db")
+    assert len([t for t in study.trials if t.state.is_finished()]) == 2
