@@ -20,7 +20,7 @@ from .emit_compute import (
     emit_split_k_wait,
     position_macros,
 )
-from .emit_copy import copy_call, emit_copy_helpers, operands
+from .emit_copy import copy_call, emit_copy_helpers, operands, put_call
 from .emit_wgmma import emit_wgmma_helpers, emit_wgmma_kernel
 from .geometry import STATIC_SHARED_LIMIT, derived_macros, macros_used, smem_unit
 from .plan import Plan
@@ -187,17 +187,15 @@ def _k_loops(writer: CodeWriter, plan: Plan) -> None:
     if vector:  # (the comment of the variants before interior-tiles, unchanged)
         writer.lines("// vector-loads: the K loop twice, with and without 16-byte copies, so",
                      "// that each copy keeps only the addressing it uses")
-    # (condition, vec, edge); the last runs when no condition holds
-    loops = [("", "true" if vector else "", "true")]
-    if vector:
-        loops = [("vec", "true", "true"), ("", "false", "true")]
+    # (condition, vec, edge): the first whose condition holds runs; "" is the last, else
+    loops = [("vec", "true", "true"), ("", "false", "true")] if vector else [("", "", "true")]
     if plan.interior:
         loops.insert(0, ("vec && !edge" if vector else "!edge", loops[0][1], "false"))
+    if len(loops) == 1:
+        _k_loop(writer, plan, "", "true")
+        return
     for index, (condition, vec, edge) in enumerate(loops):
-        if len(loops) == 1:
-            _k_loop(writer, plan, vec, edge)
-            continue
-        head = "else" if not condition else f"{'else if' if index else 'if'} ({condition})"
+        head = f"{'else if' if index else 'if'} ({condition})" if condition else "else"
         with writer.block(head):
             _k_loop(writer, plan, vec, edge)
 
@@ -232,18 +230,17 @@ def _loop_staged(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
         writer.line("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;")
     writer.line("DTYPE ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
     a, b = operands(plan)
-    va, vb = (f", {vec}" if a.vector else ""), (f", {vec}" if b.vector else "")
     with writer.block("if (k_lo < k_hi)"):
         writer.lines(copy_call(a, "fetch", "ra", "k_lo", vec, edge),
                      copy_call(b, "fetch", "rb", "k_lo", vec, edge))
         if plan.double_buffer:  # the first tile straight into buffer 0
-            writer.lines(f"pt_put_a(PT_STAGE(0), ra, tid{va});",
-                         f"pt_put_b(PT_STAGE(0) + PT_A_TILE, rb, tid{vb});")
+            writer.lines(put_call(a, "PT_STAGE(0)", "ra", vec),
+                         put_call(b, "PT_STAGE(0) + PT_A_TILE", "rb", vec))
     if plan.double_buffer:
         _loop_double_buffered(writer, plan, vec, edge)
         return
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
-        writer.lines(f"pt_put_a(as, ra, tid{va});", f"pt_put_b(bs, rb, tid{vb});",
+        writer.lines(put_call(a, "as", "ra", vec), put_call(b, "bs", "rb", vec),
                      "__syncthreads();")
         with writer.block("if (k0 + PT_TK < k_hi)"):
             writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
@@ -256,7 +253,6 @@ def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, edge: str) -
     """double-buffer: tile t is computed from buffer t % 2 while tile t + 1, fetched into
     registers, is put into the other one, which nobody reads since the last barrier."""
     a, b = operands(plan)
-    va, vb = (f", {vec}" if a.vector else ""), (f", {vec}" if b.vector else "")
     writer.lines("__syncthreads(); // tile 0 is in buffer 0", "int t = 0;")
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK, ++t)"):
         writer.lines("DTYPE *const as = PT_STAGE(t & 1), *const bs = as + PT_A_TILE;",
@@ -266,8 +262,8 @@ def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, edge: str) -
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
         emit_compute_tile(writer, plan, "as", "bs")
         with writer.block("if (more)"):
-            writer.lines(f"pt_put_a(PT_STAGE((t + 1) & 1), ra, tid{va});",
-                         f"pt_put_b(PT_STAGE((t + 1) & 1) + PT_A_TILE, rb, tid{vb});")
+            writer.lines(put_call(a, "PT_STAGE((t + 1) & 1)", "ra", vec),
+                         put_call(b, "PT_STAGE((t + 1) & 1) + PT_A_TILE", "rb", vec))
         writer.line("__syncthreads(); // tile t + 1 is in place; buffer t % 2 is free")
 
 

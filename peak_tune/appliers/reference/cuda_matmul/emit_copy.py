@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .plan import Plan
 from .writer import CodeWriter
 
-__all__ = ["Operand", "copy_call", "emit_copy_helpers", "operands"]
+__all__ = ["Operand", "copy_call", "emit_copy_helpers", "operands", "put_call"]
 
 _PARAMS = ("const DTYPE *__restrict__ g, int ld, int row0, int row_hi, int col0, int col_hi, "
            "int tid")
@@ -55,6 +55,13 @@ def copy_call(op: Operand, function: str, target: str, k0: str, vec: str, edge: 
         where = f"B, N, {k0}, k_hi, bn, N"
     flags = (f", {vec}" if op.vector else "") + (f", {edge}" if op.unchecked else "")
     return f"pt_{function}_{op.name}({target}, {where}, tid{flags});"
+
+
+def put_call(op: Operand, target: str, registers: str, vec: str) -> str:
+    """The call of register-staging's pt_put_<op>: the staged `registers` into the shared
+    tile at `target` (16-byte stores where `vec`, for a vectorised operand)."""
+    flag = f", {vec}" if op.vector else ""
+    return f"pt_put_{op.name}({target}, {registers}, tid{flag});"
 
 
 def emit_copy_helpers(writer: CodeWriter, plan: Plan) -> None:
