@@ -413,14 +413,16 @@ class TuneSession:
         """The parameters of the best `warm_start_top` trials of each warm-start study,
         best first, each once, with where they come from ("study#trial")."""
         c = self.config
-        if c.warm_start and c.warm_start_top < 1:
-            raise UserError("--warm-start-top must be 1 or more")
         points: list[tuple[dict[str, Any], str]] = []
+        if not c.warm_start:
+            return points
+        if c.warm_start_top < 1:
+            raise UserError("--warm-start-top must be 1 or more")
         seen: set[tuple[tuple[str, Any], ...]] = set()
+        storage = open_storage(self.storage_url)
         for name in c.warm_start:
             try:
-                source = optuna.load_study(study_name=name,
-                                           storage=open_storage(self.storage_url))
+                source = optuna.load_study(study_name=name, storage=storage)
             except KeyError:
                 raise UserError(f"--warm-start {name}: no such study in "
                                 f"{redacted_url(self.storage_url)}") from None

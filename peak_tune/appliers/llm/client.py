@@ -201,21 +201,21 @@ class ChatSession:
             return len(self.records) - 1
 
     def _check_budget(self) -> None:
-        earlier = self._earlier
-        before = f" ({earlier.total_tokens} in earlier runs)" if earlier.calls else ""
+        earlier = self._earlier  # shown only where there were earlier calls
         budget = self._config.max_tokens_total
         used = self.tokens_used() + earlier.total_tokens
         if budget and used >= budget:
+            note = f" ({earlier.total_tokens} in earlier runs)" if earlier.calls else ""
             raise BudgetExhausted(f"token budget of {budget} exhausted: {used} tokens "
-                                  f"used{before}")
+                                  f"used{note}")
         dollars = self._config.max_cost_usd
         spent = self.cost_used()
         if dollars and spent is not None and earlier.cost_usd is not None:
             spent += earlier.cost_usd
             if spent >= dollars:
-                before = f" (${earlier.cost_usd:.4f} in earlier runs)" if earlier.calls else ""
+                note = f" (${earlier.cost_usd:.4f} in earlier runs)" if earlier.calls else ""
                 raise BudgetExhausted(f"cost budget of ${dollars:g} exhausted: "
-                                      f"${spent:.4f} spent{before}")
+                                      f"${spent:.4f} spent{note}")
 
 
 def _classify(exc: Exception) -> tuple[str, bool]:
