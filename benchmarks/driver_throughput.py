@@ -8,8 +8,10 @@ on the executor's threads, as in a real run). `--build-s` and `--device-s` turn 
 a model of a real study on one GPU: builds sleep about that long (spread 0.25x-4x per
 variant), timings hold the one timer thread that long, and the figure is what the loop
 and the local executor make of those times. Compares, in one run, Optuna's TPE as
-configured before (`plain`: every trial, every group) with the sampler peak-tune uses
-(`focused`: peak_tune.search.focus).
+configured before (`plain`: every trial, every group), the sampler peak-tune uses
+(`focused`: peak_tune.search.focus) drawing in the driver, and the same drawing ahead in
+a process of its own (`ahead`: peak_tune.search.ask_ahead, the default for GPU studies).
+`ask_ms_by_trial` is the driver's own time to ask for a trial and choose its sequence.
 
     python benchmarks/driver_throughput.py --trials 400
 """
@@ -42,7 +44,8 @@ def plain_tpe(name: str, seed: int | None, roles: Any = None) -> optuna.samplers
 
 
 def one_run(args: argparse.Namespace, label: str,
-            make_sampler: Callable[..., optuna.samplers.BaseSampler]) -> dict[str, Any]:
+            make_sampler: Callable[..., optuna.samplers.BaseSampler],
+            ask_ahead: int) -> dict[str, Any]:
     tune.make_sampler = make_sampler
     asks: list[float] = []
     with tempfile.TemporaryDirectory(prefix="peak-driver-") as results:
@@ -50,18 +53,23 @@ def one_run(args: argparse.Namespace, label: str,
                                  sizes=({"M": args.size, "N": args.size, "K": args.size},),
                                  results=Path(results), executor="local", seed=0,
                                  compile_workers=args.build_workers,
-                                 tell_order=args.tell_order)
+                                 tell_order=args.tell_order, ask_ahead=ask_ahead)
         session = tune.open_session(config)
-        suggest = session.encoding.suggest
+        ask, start = session._ask, session._start
+        began = [0.0]
 
-        def timed(trial: optuna.Trial) -> list[str]:
-            started = time.perf_counter()
+        def timed_ask() -> optuna.Trial:
+            began[0] = time.perf_counter()
+            return ask()
+
+        def timed_start(item: Any) -> None:
             try:
-                return suggest(trial)
+                start(item)  # the sequence's suggestions: where the driver samples
             finally:
-                asks.append(time.perf_counter() - started)
+                asks.append(time.perf_counter() - began[0])
 
-        session.encoding.suggest = timed  # type: ignore[method-assign]
+        session._ask = timed_ask  # type: ignore[method-assign]
+        session._start = timed_start  # type: ignore[method-assign]
         records: list[Any] = []
         InstantCudaBackend.evaluations = 0
         try:
@@ -97,15 +105,18 @@ def main() -> int:
     parser.add_argument("--device-s", type=float, default=0.0,
                         help="seconds a timing sleeps on the one timer thread")
     parser.add_argument("--tell-order", default="auto", choices=tune.TELL_ORDERS)
-    parser.add_argument("--samplers", default="plain,focused")
+    parser.add_argument("--samplers", default="plain,focused,ahead")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     InstantCudaBackend.compile_for_real = args.compile
     InstantCudaBackend.build_s, InstantCudaBackend.device_s = args.build_s, args.device_s
     tune.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
-    choices = {"plain": plain_tpe, "focused": samplers.make_sampler}
-    rows = [one_run(args, label, choices[label]) for label in args.samplers.split(",")]
+    # the sampler process builds its own focused TPE: `plain` and `focused` sample in
+    # the driver, `ahead` in the process
+    choices = {"plain": (plain_tpe, 0), "focused": (samplers.make_sampler, 0),
+               "ahead": (samplers.make_sampler, -1)}
+    rows = [one_run(args, label, *choices[label]) for label in args.samplers.split(",")]
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)},
                                         "runs": rows}, indent=1))

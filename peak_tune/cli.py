@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from peak_tune.backends.base import EvalConfig
 from peak_tune.errors import BudgetReached, UserError
+from peak_tune.search.ask_ahead import ASK_AHEAD
 from peak_tune.search.samplers import SAMPLERS
 from peak_tune.search.space import ENCODINGS
 
@@ -87,6 +88,11 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         "itself) or as they finish (no wait behind one slow build); "
                         "default auto: finished where builds run ahead of the timings "
                         "(Ray, GPU backends), asked otherwise (the C backend)")
+    p.add_argument("--ask-ahead", type=int, default=-1, metavar="N",
+                   help="draws a sampler process of its own keeps ready, so that the "
+                        "driver's thread never runs TPE; 0 samples in the driver; "
+                        f"default: {ASK_AHEAD} where trials are told as they finish and "
+                        "the sampler is tpe, else 0")
     p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
                    help="what to do with an illegal sequence pick (default repair)")
     p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")
@@ -247,6 +253,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         branch_start=args.branch_start,
         polish=args.polish,
         tell_order=args.tell_order,
+        ask_ahead=args.ask_ahead,
         step_values=args.step_values, compile_workers=args.compile_workers,
         apply_workers=args.apply_workers, executor=args.executor,
         ray_address=args.ray_address, ray_workers=args.ray_workers,

@@ -12,25 +12,19 @@ at 1000 trials, all of it holding the interpreter lock the sampler needs. It als
 what other drivers of the same study finished, when asked (`request_pull`), and the
 driver takes those trials in before asking (`take_pulled`).
 
-It is `python -m peak_tune.study_mirror IN_FD OUT_FD`, pickled messages over two pipes
-(not a multiprocessing child: spawning one re-imports the caller's main module, which
-runs a user's script again unless it is guarded by `if __name__ == "__main__"`). When
-the driver ends, even killed, the writer reads the end of its pipe, having written
+It is `python -m peak_tune.study_mirror IN_FD OUT_FD` (peak_tune.piped_child). When the
+driver ends, even killed, the writer reads the end of its pipe, having written
 everything sent before, and exits.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import queue
-import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -38,6 +32,7 @@ from optuna.storages import BaseStorage, InMemoryStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from peak_tune.errors import UserError
+from peak_tune.piped_child import PipedChild, child_pipes
 
 __all__ = ["StudyMirror", "open_mirrored_study"]
 
@@ -46,9 +41,6 @@ log = logging.getLogger(__name__)
 DRIVER_ATTR = "peak_tune:driver"  # system attribute: which driver finished the trial
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 _REPLY_WAIT_S = 1.0  # how often a wait for the writer checks that it is still alive
-_CLOSE_WAIT_S = 10.0
-
-Message = tuple[str, Any]
 
 
 class StudyMirror:
@@ -57,8 +49,6 @@ class StudyMirror:
 
     def __init__(self, working: optuna.Study, persistent: optuna.Study, url: str,
                  known: set[int]) -> None:
-        from peak_tune.backends._worker import _child_env
-
         self.working = working
         self.persistent = persistent
         self.driver = uuid.uuid4().hex
@@ -66,56 +56,44 @@ class StudyMirror:
         self._pulled: list[FrozenTrial] = []  # trials of other drivers, not yet taken in
         self._pulls_pending = 0
         self._closed = False
-        to_writer, writer_in = _pipe()
-        writer_out, from_writer = _pipe()
-        self._writer = subprocess.Popen(
-            [sys.executable, "-m", "peak_tune.study_mirror", str(writer_in.fileno()),
-             str(writer_out.fileno())],
-            pass_fds=(writer_in.fileno(), writer_out.fileno()), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, env=_child_env())
-        writer_in.close()
-        writer_out.close()
-        self._replies = from_writer
-        # sent from a thread of its own: a full pipe (a slow database) never blocks the
-        # driver
-        self._outgoing: queue.Queue[Message | None] = queue.Queue()
-        self._sender = threading.Thread(target=self._send_loop, args=(to_writer,),
-                                        name="study-writer-feed", daemon=True)
-        self._sender.start()
-        self._outgoing.put(("open", (url, persistent.study_name, self.driver, known)))
+        self._writer = PipedChild("peak_tune.study_mirror", "study-writer-feed")
+        self._writer.send("open", (url, persistent.study_name, self.driver, known))
 
     # ------------------------------------------------------------- reading in
 
     def request_pull(self) -> None:
         """Ask the writer for the finished trials of other drivers (and earlier runs)
         that the working study lacks; `take_pulled` adds them once they arrive."""
-        self._outgoing.put(("pull", None))
+        self._writer.send("pull")
         self._pulls_pending += 1
 
-    def take_pulled(self) -> int:
-        """Add to the working study the pulled trials that have arrived; how many."""
+    def take_pulled(self) -> list[FrozenTrial]:
+        """Add to the working study the pulled trials that have arrived; those trials."""
         while self._reply(block=False) is not None:
             pass
         fresh, self._pulled = self._pulled, []
         for trial in fresh:
             self.working.add_trial(trial)
-        return len(fresh)
+        return fresh
 
     def pull(self) -> int:
-        """Pull and wait: every finished trial of other drivers is in the working study."""
+        """Pull and wait: every finished trial of other drivers is in the working study;
+        how many came."""
         self.request_pull()
         while self._pulls_pending:
             self._reply(block=True)
-        return self.take_pulled()
+        return len(self.take_pulled())
 
     # ------------------------------------------------------------ writing out
 
-    def finished(self, number: int) -> None:
-        """Queue the working study's trial `number`, just told, for the persistent one."""
+    def finished(self, number: int) -> FrozenTrial:
+        """Queue the working study's trial `number`, just told, for the persistent one;
+        that trial."""
         self._raise_failure()
         trial = self.working.get_trials(deepcopy=False)[number]
-        self._outgoing.put(("trial", _copy(trial, {**trial.system_attrs,
-                                                    DRIVER_ATTR: self.driver})))
+        self._writer.send("trial", _copy(trial, {**trial.system_attrs,
+                                                 DRIVER_ATTR: self.driver}))
+        return trial
 
     def set_user_attr(self, key: str, value: object) -> None:
         self.working.set_user_attr(key, value)
@@ -123,7 +101,7 @@ class StudyMirror:
 
     def flush(self) -> None:
         """Wait until every queued trial is in the persistent study."""
-        self._outgoing.put(("flush", None))
+        self._writer.send("flush")
         self._wait_for("flushed")
         self._raise_failure()
 
@@ -131,29 +109,15 @@ class StudyMirror:
         if self._closed:
             return
         self._closed = True
-        ended_early = self._writer.poll() is not None  # before it was asked to
+        ended_early = self._writer.exit_code is not None  # before it was asked to
         if not ended_early:
-            self._outgoing.put(("flush", None))
-            self._outgoing.put(("close", None))
+            self._writer.send("flush")
+            self._writer.send("close")
             self._wait_for("closed")
-        self._outgoing.put(None)
-        self._sender.join(timeout=_CLOSE_WAIT_S)
-        self._replies.close()
-        try:
-            self._writer.wait(timeout=_CLOSE_WAIT_S)
-        except subprocess.TimeoutExpired:
-            self._writer.kill()
+        self._writer.close()
         self._raise_failure()
         if ended_early:
             self._writer_ended()
-
-    def _send_loop(self, to_writer: Connection) -> None:
-        with to_writer:
-            while (message := self._outgoing.get()) is not None:
-                try:
-                    to_writer.send(message)
-                except OSError:  # the writer is gone; waits for it say so
-                    return
 
     # ------------------------------------------------------------- the replies
 
@@ -164,13 +128,13 @@ class StudyMirror:
     def _reply(self, block: bool) -> str | None:
         """Take in one reply of the writer (waiting for it if `block`); its kind, or None
         when none has come and `block` is false."""
-        while not self._replies.poll(_REPLY_WAIT_S if block else 0):
+        while not self._writer.poll(_REPLY_WAIT_S if block else 0):
             if not block:
                 return None
-            if self._writer.poll() is not None:
+            if self._writer.exit_code is not None:
                 self._writer_ended()
         try:
-            kind, payload = self._replies.recv()
+            kind, payload = self._writer.receive()
         except EOFError:
             self._writer.wait()
             self._writer_ended()
@@ -183,19 +147,12 @@ class StudyMirror:
 
     def _writer_ended(self) -> NoReturn:
         raise UserError(f"the study writer process ended unexpectedly (exit code "
-                        f"{self._writer.returncode}); trials finished since the last "
+                        f"{self._writer.exit_code}); trials finished since the last "
                         "flush may be missing from the storage")
 
     def _raise_failure(self) -> None:
         if self._failure:
             raise UserError(f"writing to the study storage failed: {self._failure}")
-
-
-def _pipe() -> tuple[Connection, Connection]:
-    """A one-way pipe as (write end, read end) connections; not inherited by children
-    but the writer, which gets its ends by `pass_fds`."""
-    read_fd, write_fd = os.pipe()
-    return Connection(write_fd, readable=False), Connection(read_fd, writable=False)
 
 
 def _serve(inbox: Connection, outbox: Connection) -> None:
@@ -267,5 +224,4 @@ def open_mirrored_study(
 
 
 if __name__ == "__main__":  # the writer process: python -m peak_tune.study_mirror IN OUT
-    _serve(Connection(int(sys.argv[1]), writable=False),
-           Connection(int(sys.argv[2]), readable=False))
+    _serve(*child_pipes(sys.argv))

@@ -35,6 +35,8 @@ from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Sta
 from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
 from peak_tune.executors import EvalJob, Executor, LocalExecutor, choose_executor
 from peak_tune.pipeline import Pipeline, PipelineSetup
+from peak_tune.search.ask_ahead import ASK_AHEAD, AskAhead
+from peak_tune.search.focus import FixedFirst
 from peak_tune.search.polish import Polisher
 from peak_tune.search.samplers import is_multi_objective, make_sampler
 from peak_tune.search.space import (
@@ -90,6 +92,9 @@ class TuneConfig:
     # as they finish (one slow build no longer holds up the rest); "auto": finished on
     # Ray, where several devices answer in their own order anyway, else asked
     tell_order: str = "auto"
+    # draws a sampler process keeps ready (search.ask_ahead); 0: the driver samples
+    # itself; -1 (auto): ASK_AHEAD where trials are told as they finish, else 0
+    ask_ahead: int = -1
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
     apply_workers: int = 0  # applications at once; 0: 1 (reference) or --llm-concurrency
@@ -258,6 +263,9 @@ class TuneSession:
             self.polisher = Polisher(config.polish, transformations=steps)
         except ValueError as exc:
             raise UserError(f"--polish {config.polish}: {exc}") from exc
+        self.sampler_seed = config.seed
+        self.ask_ahead: AskAhead | None = None
+        self._drawn: dict[int, int] = {}  # trial number -> its ticket in the sampler process
         if config.tell_order not in TELL_ORDERS:
             raise UserError(f"--tell-order must be one of {', '.join(TELL_ORDERS)}, "
                             f"not {config.tell_order!r}")
@@ -269,6 +277,7 @@ class TuneSession:
             self._appliers = ThreadPoolExecutor(self.apply_workers,
                                                 thread_name_prefix="apply")
             self.study = self._study(backend_name)
+            self.ask_ahead = self._ask_ahead()
         except BaseException:
             self._abandon()  # a refusal (e.g. a study made for another size) is one line
             raise
@@ -389,8 +398,8 @@ class TuneSession:
         if study.trials and c.seed is not None:
             # A resumed study: seeded as at its start, the sampler would ask again for the
             # points its earlier runs finished. Continue from a seed of its own instead.
-            study.sampler = make_sampler(c.sampler, resumed_seed(c.seed, len(study.trials)),
-                                         self.encoding)
+            self.sampler_seed = resumed_seed(c.seed, len(study.trials))
+            study.sampler = make_sampler(c.sampler, self.sampler_seed, self.encoding)
         existing = study.user_attrs.get("identity")
         if existing and existing != identity:
             raise UserError(f"study {study.study_name!r} was made for {existing}, not {identity}")
@@ -506,8 +515,7 @@ class TuneSession:
                        and not should_stop()):
                     self._pull_other_drivers()
                     began = time.perf_counter()
-                    self._queue_a_neighbour()
-                    pending.append(_Started(self.study.ask(), began))
+                    pending.append(_Started(self._ask(), began))
                     asked += 1
                     self._start(pending[-1])
                     clock["asking"] += time.perf_counter() - began
@@ -550,15 +558,51 @@ class TuneSession:
                                           if f is not None]
             wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
 
-    def _queue_a_neighbour(self) -> None:
+    def _ask(self) -> optuna.Trial:
+        """A new trial: a waiting one (a polisher's neighbour, a warm start), else one
+        the sampler process drew, else one the study's sampler draws here."""
+        if self._queue_a_neighbour() or self.ask_ahead is None:
+            return self.study.ask()
+        draw = self.ask_ahead.draw()
+        if draw is None:  # the process failed (logged): sample here from now on
+            return self.study.ask()
+        self.study.enqueue_trial(draw.params)
+        trial = self.study.ask()
+        self._drawn[trial.number] = draw.ticket
+        return trial
+
+    def _queue_a_neighbour(self) -> bool:
         """Enqueue the polisher's next neighbour when one is due (after the trials a new
-        study starts with, which are enqueued first)."""
+        study starts with, which are enqueued first); whether a trial is waiting."""
         if self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-            return
+            return True
         neighbour = self.polisher.next()
-        if neighbour is not None:
-            self.study.enqueue_trial(neighbour.params, user_attrs={
-                "neighbour_of": neighbour.origin, "moved": neighbour.moved})
+        if neighbour is None:
+            return False
+        self.study.enqueue_trial(neighbour.params, user_attrs={
+            "neighbour_of": neighbour.origin, "moved": neighbour.moved})
+        return True
+
+    def _ask_ahead(self) -> AskAhead | None:
+        """The sampler process, where the study draws ahead (see TuneConfig.ask_ahead)."""
+        c = self.config
+        depth = c.ask_ahead
+        if depth < 0:
+            depth = ASK_AHEAD if self.tell_as_finished and c.sampler == "tpe" else 0
+        if depth == 0:
+            return None
+        finished = self.study.get_trials(deepcopy=False, states=(
+            optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
+        ask_ahead = AskAhead(c.sampler, self.sampler_seed, self.encoding,
+                             self.study.directions, finished, depth)
+        self.study.sampler = FixedFirst(self.study.sampler)
+        return ask_ahead
+
+    def _finished(self, number: int) -> None:
+        """Trial `number` was just told: to the storage, and to the sampler process."""
+        trial = self.mirror.finished(number)
+        if self.ask_ahead is not None:
+            self.ask_ahead.told(self._drawn.pop(number, None), trial)
 
     def _offer_to_polisher(self, item: _Started, record: TrialRecord) -> None:
         if record.status is Status.OK and item.chain:
@@ -578,7 +622,9 @@ class TuneSession:
     def _pull_other_drivers(self) -> None:
         """Take in trials other drivers of this study finished, as the study writer
         reports them; every few seconds ask it to look again."""
-        self.mirror.take_pulled()
+        for trial in self.mirror.take_pulled():
+            if self.ask_ahead is not None:
+                self.ask_ahead.told(None, trial)
         now = time.monotonic()
         if now - self._last_pull >= PULL_EVERY_S:
             self._last_pull = now
@@ -601,7 +647,7 @@ class TuneSession:
             trial.set_user_attr("status", "interrupted")
             trial.set_user_attr("message", reason[:500])
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        self.mirror.finished(trial.number)
+        self._finished(trial.number)
 
     def _start(self, item: _Started) -> None:
         """Choose the sequence here; apply it and hand the point to the executor on the
@@ -694,7 +740,7 @@ class TuneSession:
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        self.mirror.finished(trial.number)
+        self._finished(trial.number)
 
     # ------------------------------------------------------------------ results
 
@@ -773,7 +819,7 @@ class TuneSession:
         if appliers is not None:
             appliers.shutdown(wait=False, cancel_futures=True)
         for part in (getattr(self, "executor", None), getattr(self, "mirror", None),
-                     self.backend):
+                     self.ask_ahead, self.backend):
             if part is not None:
                 with contextlib.suppress(Exception):  # the error being raised matters
                     part.close()
@@ -785,6 +831,8 @@ class TuneSession:
             self.executor.close()
             self.mirror.close()
         finally:
+            if self.ask_ahead is not None:
+                self.ask_ahead.close()
             self.backend.close()
 
 

@@ -33,7 +33,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["HistoryWindow", "ParamRoles", "SequenceFirst"]
+__all__ = ["FixedFirst", "HistoryWindow", "ParamRoles", "SequenceFirst"]
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 _UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
@@ -218,3 +218,16 @@ class SequenceFirst(_Forwarding):
         rest = {n: d for n, d in search_space.items()
                 if n not in first and self.roles.in_use(choices, n)}
         return {**choices, **(self.inner.sample_relative(study, trial, rest) if rest else {})}
+
+
+class FixedFirst(_Forwarding):
+    """No relative sampling for a trial that was enqueued with fixed parameters (drawn
+    by the sampler process, a polisher's neighbour, a warm start): a value it lacks is
+    sampled on its own. Without this, one such value made `inner` draw every group of
+    the trial again only to use none of them."""
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if trial.system_attrs.get("fixed_params"):
+            return {}
+        return self.inner.infer_relative_search_space(study, trial)

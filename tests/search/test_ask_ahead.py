@@ -1,0 +1,198 @@
+"""TPE drawing in a process of its own: it learns what the driver tells it, its draws
+become the trials' values, and a failed process leaves the driver sampling on its own."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
+
+from peak_tune import tune
+from peak_tune.search.ask_ahead import AskAhead
+from peak_tune.search.focus import FixedFirst
+from tests.instant_backend import InstantCudaBackend
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def objective(trial: optuna.Trial) -> float:
+    x = trial.suggest_float("x", -4.0, 4.0)
+    tile = trial.suggest_categorical("tile", [8, 16, 32, 64])
+    return -(x - 1.0) ** 2 - abs(tile - 32) / 8
+
+
+def drive(study: optuna.Study, ahead: AskAhead, trials: int) -> list[float]:
+    """The driver's side: each trial from a draw, told back with its result."""
+    values = []
+    for _ in range(trials):
+        draw = ahead.draw()
+        assert draw is not None, ahead.failure
+        study.enqueue_trial(draw.params)
+        trial = study.ask()
+        value = objective(trial)
+        study.tell(trial, value)
+        values.append(value)
+        ahead.told(draw.ticket, study.trials[trial.number])
+    return values
+
+
+def open_ahead(depth: int = 2, roles: Any = None) -> AskAhead:
+    return AskAhead("tpe", 0, roles, [StudyDirection.MAXIMIZE], [], depth)
+
+
+def test_the_process_learns_every_told_trial_and_its_draws_improve():
+    study = optuna.create_study(direction="maximize")
+    ahead = open_ahead()
+    try:
+        values = drive(study, ahead, 60)
+        assert ahead.finished_count() == 60
+    finally:
+        ahead.close()
+    # the first 10 are TPE's random start-up; later draws use what it was told
+    assert statistics.median(values[-20:]) > statistics.median(values[:10]) + 1.0
+    assert all("fixed_params" in t.system_attrs for t in study.trials)
+
+
+def test_a_study_resumed_starts_the_process_with_its_finished_trials():
+    study = optuna.create_study(direction="maximize")
+    study.optimize(objective, n_trials=12)
+    ahead = AskAhead("tpe", 0, None, [StudyDirection.MAXIMIZE], study.trials, 2)
+    try:
+        assert ahead.finished_count() == 12
+        draw = ahead.draw()  # past TPE's start-up: a relative draw of both values
+        assert draw is not None and set(draw.params) == {"x", "tile"}
+    finally:
+        ahead.close()
+
+
+def test_draws_not_yet_told_are_kept_apart():
+    """Outstanding draws are RUNNING in the process's study: the constant liar."""
+    study = optuna.create_study(direction="maximize")
+    study.optimize(objective, n_trials=12)
+    ahead = AskAhead("tpe", 0, None, [StudyDirection.MAXIMIZE], study.trials, 6)
+    try:
+        draws = [ahead.draw() for _ in range(6)]
+        assert ahead.finished_count() == 12  # none told back: none finished
+    finally:
+        ahead.close()
+    points = {tuple(sorted(d.params.items())) for d in draws if d is not None}
+    assert len(points) == 6
+
+
+def test_a_killed_process_is_reported_once_and_draws_stop(caplog: pytest.LogCaptureFixture):
+    study = optuna.create_study(direction="maximize")
+    ahead = open_ahead()
+    try:
+        drive(study, ahead, 3)
+        ahead._child.kill()
+        with caplog.at_level(logging.WARNING, logger="peak_tune.search.ask_ahead"):
+            draws = [ahead.draw() for _ in range(4)]
+        # the two draws asked for before the kill may have been sent already
+        first_none = draws.index(None)
+        assert first_none <= 2 and draws[first_none:] == [None] * (4 - first_none)
+        assert "ended" in ahead.failure
+        ahead.told(None, study.trials[0])  # ignored from now on, no error
+    finally:
+        ahead.close()
+    assert len([r for r in caplog.records if "sampler process stopped" in r.message]) == 1
+
+
+def test_roles_that_cannot_be_sent_are_a_failure_not_a_hang():
+    ahead = open_ahead(roles=lambda: None)  # a lambda does not pickle
+    try:
+        assert ahead.draw() is None
+        assert "could not send it a 'open' message" in ahead.failure
+    finally:
+        ahead.close()
+
+
+def test_a_depth_below_one_is_refused():
+    with pytest.raises(ValueError, match="depth"):
+        open_ahead(depth=0)
+
+
+def test_fixed_values_are_never_drawn_again_by_the_driver():
+    """FixedFirst: a trial enqueued with fixed values gets what it lacks sampled on its
+    own, not a relative draw of every group."""
+    relative_draws: list[int] = []
+
+    class Counting(optuna.samplers.TPESampler):
+        def sample_relative(self, study: Any, trial: Any, space: Any) -> dict[str, Any]:
+            if space:  # Optuna asks with an empty space too; that costs nothing
+                relative_draws.append(trial.number)
+            return super().sample_relative(study, trial, space)
+
+    study = optuna.create_study(direction="maximize", sampler=FixedFirst(
+        Counting(seed=0, multivariate=True, n_startup_trials=3)))
+    study.optimize(objective, n_trials=8)
+    before = len(relative_draws)
+    study.enqueue_trial({"x": 1.0})
+    study.optimize(objective, n_trials=1)
+    assert len(relative_draws) == before  # "tile" was sampled on its own
+    assert study.trials[-1].params["x"] == 1.0
+    study.optimize(objective, n_trials=1)
+    assert len(relative_draws) == before + 1
+
+
+def instant_session(tmp_path: Path, **config: Any) -> tune.TuneSession:
+    tune.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
+    return tune.open_session(tune.TuneConfig(
+        backend="cuda", device="h200", dtype="float32",
+        sizes=({"M": 256, "N": 256, "K": 256},), results=tmp_path, executor="local",
+        seed=0, compile_workers=4, **config))
+
+
+@pytest.fixture
+def restore_backend():
+    original = tune.make_backend
+    yield
+    tune.make_backend = original
+
+
+def test_a_gpu_study_draws_ahead_and_the_process_sees_all_it_finished(
+        tmp_path: Path, restore_backend: None):
+    session = instant_session(tmp_path)
+    try:
+        assert session.tell_as_finished and session.ask_ahead is not None
+        records: list[Any] = []
+        session.run(60, records.append)
+        finished = session.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+        assert session.ask_ahead.finished_count() == len(finished)
+    finally:
+        session.close()
+    assert len(records) == 60
+    drawn = [t for t in session.study.trials if "fixed_params" in t.system_attrs
+             and "neighbour_of" not in t.user_attrs and "warm_start_from" not in t.user_attrs]
+    assert len(drawn) >= 20  # the rest: the seed kernel, branch starts, neighbours
+
+
+def test_a_study_goes_on_when_its_sampler_process_dies(
+        tmp_path: Path, restore_backend: None, caplog: pytest.LogCaptureFixture):
+    session = instant_session(tmp_path)
+    records: list[Any] = []
+    try:
+        session.run(20, records.append)
+        assert session.ask_ahead is not None
+        session.ask_ahead._child.kill()
+        with caplog.at_level(logging.WARNING, logger="peak_tune.search.ask_ahead"):
+            session.run(30, records.append)
+    finally:
+        session.close()
+    assert len(records) == 50
+    assert any("sampling in the driver from now on" in r.message for r in caplog.records)
+    assert not session.study.get_trials(states=(TrialState.RUNNING,))
+
+
+def test_ask_ahead_zero_samples_in_the_driver(tmp_path: Path, restore_backend: None):
+    session = instant_session(tmp_path, ask_ahead=0)
+    try:
+        assert session.ask_ahead is None
+        assert not isinstance(session.study.sampler, FixedFirst)
+    finally:
+        session.close()
