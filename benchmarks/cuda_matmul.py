@@ -50,10 +50,11 @@ def _driver() -> str:
 
 def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               sequence: tuple[str, ...] = (), profile: bool = False,
-              study: str | None = None, warm_start: tuple[str, ...] = ()) -> dict[str, Any]:
+              study: str | None = None, warm_start: tuple[str, ...] = (),
+              ask_ahead: int = -1) -> dict[str, Any]:
     config = TuneConfig(device="h200", dtype=dtype, sizes=({"M": n, "N": n, "K": n},),
                         results=results, sequence=sequence, seed=0, study=study,
-                        warm_start=warm_start)
+                        warm_start=warm_start, ask_ahead=ask_ahead)
     started = time.perf_counter()
     session = open_session(config)
     earlier = len(session.study.get_trials(  # a continued study's, run to an end
@@ -67,7 +68,10 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
         # where the time went: the device's share of the run, the median job, the loop
         times = {**time_report(session.executor, time.perf_counter() - ran),
                  "driver_loop_s": {k: round(v, 1) for k, v in session.loop_seconds.items()},
-                 "startup_s": round(ran - started, 1)}
+                 "startup_s": round(ran - started, 1),
+                 # draws the sampler process kept ready (0: TPE drew in the driver)
+                 "ask_ahead": session.ask_ahead.depth if session.ask_ahead else 0,
+                 "ask_ahead_failure": session.ask_ahead.failure if session.ask_ahead else ""}
         ncu = _profile(session) if profile else None
     finally:
         session.close()
@@ -110,8 +114,9 @@ def triton_row(dtype: str, n: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=300)
-    parser.add_argument("--paper-trials", type=int, default=40)
+    parser.add_argument("--trials", type=int, default=300, help="trials per search at most")
+    parser.add_argument("--paper-trials", type=int, default=40,
+                        help="trials per paper sequence at most")
     parser.add_argument("--seconds", type=float, default=120, help="time box per search")
     parser.add_argument("--configs", default="float32:4096,float16:4096,float32:8192,"
                                               "float16:8192")
@@ -124,6 +129,8 @@ def main() -> None:
                                         "in --results instead of fresh ones")
     parser.add_argument("--warm-start", action="store_true",
                         help="start each search from the best of the dtype's search before")
+    parser.add_argument("--ask-ahead", type=int, default=-1,
+                        help="the searches' --ask-ahead (default: peak-tune's)")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "cuda_matmul.json"))
     args = parser.parse_args()
@@ -137,7 +144,7 @@ def main() -> None:
         warm = (searched[dtype],) if args.warm_start and dtype in searched else ()
         row["search"] = study_row(dtype, int(n), args.trials, Path(args.results),
                                   args.seconds, profile=args.profile, study=named,
-                                  warm_start=warm)
+                                  warm_start=warm, ask_ahead=args.ask_ahead)
         row["search"]["warm_start"] = list(warm)
         searched[dtype] = row["search"]["study"]
         row["paper"] = {
@@ -156,7 +163,8 @@ def main() -> None:
               + (" --no-triton" if args.no_triton else "")
               + (" --profile" if args.profile else "")
               + (f" --study {args.study}" if args.study else "")
-              + (" --warm-start" if args.warm_start else ""),
+              + (" --warm-start" if args.warm_start else "")
+              + (f" --ask-ahead {args.ask_ahead}" if args.ask_ahead >= 0 else ""),
               "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")
