@@ -1,9 +1,11 @@
 """TPE's asks drawn in a process of its own, a few trials ahead of the driver.
 
 Sampling was most of the driver's work: about 60 ms an ask with the history window full
-and the CUDA catalog's ~15 parameter groups, all of it holding the interpreter lock that
-the applier thread and the build threads need as well. On the H200 it held a 4096 fp32
-study to 9 trials/s while the GPU waited 42% of the time. Here a sampler process keeps
+and the CUDA catalog's ~15 parameter groups, spent between trials (155 of 262 s of a 4096
+fp32 study's loop on the H200), holding the interpreter lock the applier thread needs as
+well. Drawn ahead, asking took 18 of 246 s of the same study, and a 4096 fp16 study went
+from 13.9 to 15.2 trials/s (benchmarks/results, search-15 to -17; fp32's rate is bound by
+its NVRTC builds either way). Here a sampler process keeps
 its own in-memory copy of the study and answers each request with the relative
 parameters of a new trial (the sequence choice and the values of its steps, as the
 driver's sampler would draw them); the driver enqueues them as the trial's fixed
