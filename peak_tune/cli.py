@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from peak_tune.backends.base import EvalConfig
 from peak_tune.errors import BudgetReached, UserError
-from peak_tune.search.ask_ahead import ASK_AHEAD
+from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES
 from peak_tune.search.samplers import SAMPLERS
 from peak_tune.search.space import ENCODINGS
 
@@ -91,8 +91,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ask-ahead", type=int, default=-1, metavar="N",
                    help="draws a sampler process of its own keeps ready, so that the "
                         "driver's thread never runs TPE; 0 samples in the driver; "
-                        f"default: {ASK_AHEAD} where trials are told as they finish and "
-                        "the sampler is tpe, else 0")
+                        f"default: {ASK_AHEAD} where trials are told as they finish, "
+                        f"the sampler is tpe and the machine has {ASK_AHEAD_MIN_CORES} "
+                        "cores or more, else 0")
     p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
                    help="what to do with an illegal sequence pick (default repair)")
     p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")

@@ -35,7 +35,7 @@ from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Sta
 from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
 from peak_tune.executors import EvalJob, Executor, LocalExecutor, choose_executor
 from peak_tune.pipeline import Pipeline, PipelineSetup
-from peak_tune.search.ask_ahead import ASK_AHEAD, AskAhead
+from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES, AskAhead
 from peak_tune.search.focus import FixedFirst
 from peak_tune.search.polish import Polisher
 from peak_tune.search.samplers import is_multi_objective, make_sampler
@@ -93,7 +93,8 @@ class TuneConfig:
     # Ray, where several devices answer in their own order anyway, else asked
     tell_order: str = "auto"
     # draws a sampler process keeps ready (search.ask_ahead); 0: the driver samples
-    # itself; -1 (auto): ASK_AHEAD where trials are told as they finish, else 0
+    # itself; -1 (auto): ASK_AHEAD where trials are told as they finish with TPE on a
+    # machine of ASK_AHEAD_MIN_CORES or more, else 0
     ask_ahead: int = -1
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
@@ -587,8 +588,10 @@ class TuneSession:
         """The sampler process, where the study draws ahead (see TuneConfig.ask_ahead)."""
         c = self.config
         depth = c.ask_ahead
-        if depth < 0:
-            depth = ASK_AHEAD if self.tell_as_finished and c.sampler == "tpe" else 0
+        if depth < 0:  # a core of its own beside the driver, the writer and the builds
+            cores = os.cpu_count() or 1
+            depth = (ASK_AHEAD if self.tell_as_finished and c.sampler == "tpe"
+                     and cores >= ASK_AHEAD_MIN_CORES else 0)
         if depth == 0:
             return None
         finished = self.study.get_trials(deepcopy=False, states=(

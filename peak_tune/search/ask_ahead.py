@@ -42,11 +42,15 @@ from peak_tune.piped_child import PipedChild, child_pipes
 from peak_tune.search.focus import ParamRoles
 from peak_tune.search.samplers import make_sampler
 
-__all__ = ["ASK_AHEAD", "AskAhead", "Draw"]
+__all__ = ["ASK_AHEAD", "ASK_AHEAD_MIN_CORES", "AskAhead", "Draw"]
 
 log = logging.getLogger(__name__)
 
 ASK_AHEAD = 2  # the default depth: a draw ready at every ask, each a little stale
+# On 2 cores the process competes with the driver and the study writer for a core: a
+# study with an instant device ran 17.7 trials/s drawing ahead, 22.9 drawing in the
+# driver (benchmarks/results/2026-11-30-cpu-driver-ahead.json)
+ASK_AHEAD_MIN_CORES = 4
 _WAIT_S = 1.0  # how often a wait for a draw checks that the process is still alive
 
 

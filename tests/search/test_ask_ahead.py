@@ -142,10 +142,10 @@ def test_fixed_values_are_never_drawn_again_by_the_driver():
 
 def instant_session(tmp_path: Path, **config: Any) -> tune.TuneSession:
     tune.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
-    return tune.open_session(tune.TuneConfig(
-        backend="cuda", device="h200", dtype="float32",
-        sizes=({"M": 256, "N": 256, "K": 256},), results=tmp_path, executor="local",
-        seed=0, compile_workers=4, **config))
+    return tune.open_session(tune.TuneConfig(**{
+        "backend": "cuda", "device": "h200", "dtype": "float32",
+        "sizes": ({"M": 256, "N": 256, "K": 256},), "results": tmp_path,
+        "executor": "local", "seed": 0, "compile_workers": 4, "ask_ahead": 2, **config}))
 
 
 @pytest.fixture
@@ -194,5 +194,17 @@ def test_ask_ahead_zero_samples_in_the_driver(tmp_path: Path, restore_backend: N
     try:
         assert session.ask_ahead is None
         assert not isinstance(session.study.sampler, FixedFirst)
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(("cores", "drawn_ahead"), [(2, False), (16, True)])
+def test_by_default_it_draws_ahead_where_there_is_a_core_for_it(
+        tmp_path: Path, restore_backend: None, monkeypatch: pytest.MonkeyPatch,
+        cores: int, drawn_ahead: bool):
+    monkeypatch.setattr(tune.os, "cpu_count", lambda: cores)
+    session = instant_session(tmp_path, ask_ahead=-1)
+    try:
+        assert (session.ask_ahead is not None) is drawn_ahead
     finally:
         session.close()
