@@ -5,20 +5,21 @@ and the CUDA catalog's ~15 parameter groups, spent between trials (155 of 262 s 
 fp32 study's loop on the H200), holding the interpreter lock the applier thread needs as
 well. Drawn ahead, asking took 18 of 246 s of the same study, and a 4096 fp16 study went
 from 13.9 to 15.2 trials/s (benchmarks/results, search-15 to -17; fp32's rate is bound by
-its NVRTC builds either way). Here a sampler process keeps
-its own in-memory copy of the study and answers each request with the relative
-parameters of a new trial (the sequence choice and the values of its steps, as the
-driver's sampler would draw them); the driver enqueues them as the trial's fixed
-parameters, so its own ask only creates the trial. A value outside them (a parameter
-seen for the first time) the driver still samples itself.
+its NVRTC builds either way).
+
+A sampler process keeps its own in-memory copy of the study and answers each request
+with the relative parameters of a new trial (the sequence choice and the values of its
+steps, as the driver's sampler would draw them); the driver enqueues them as the trial's
+fixed parameters, so its own ask only creates the trial. A value outside them (a
+parameter seen for the first time) the driver still samples itself.
 
 The process keeps `depth` draws ready and learns every finished trial as the driver
 tells it (the driver's own trials, the polisher's neighbours, other drivers' pulled
 trials). The draws handed out and not yet told stay RUNNING in its study, so TPE's
 constant liar keeps new points away from them as it does from running trials in the
-driver. Draws are made before the latest results are in (at most `depth` trials
-earlier), and their order depends on when trials finish: used only where trials are
-told as they finish, which is not repeatable anyway.
+driver. A draw is made up to `depth` asks before the driver uses it, and the order of
+what the process learns depends on when trials finish: used only where trials are told
+as they finish, which is not repeatable anyway.
 
 If the process fails, the driver logs it once and samples in its own thread again.
 """
