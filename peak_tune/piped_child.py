@@ -34,7 +34,11 @@ class PipedChild:
         self._process = subprocess.Popen(
             [sys.executable, "-m", module, str(child_in.fileno()), str(child_out.fileno())],
             pass_fds=(child_in.fileno(), child_out.fileno()), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, env=_child_env())
+            stdout=subprocess.DEVNULL, env=_child_env(),
+            # a session of its own: a Ctrl-C at the terminal goes to the driver's process
+            # group, and the driver, not the signal, says when the child ends (a writer
+            # killed by it lost the trials it had not written yet)
+            start_new_session=True)
         child_in.close()
         child_out.close()
         self._replies = from_child

@@ -222,6 +222,33 @@ def test_ctrl_c_keeps_finished_trials(tmp_path):
     assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) >= 3
 
 
+@pytest.mark.slow
+def test_ctrl_c_at_a_terminal_leaves_the_study_writer_alone(tmp_path):
+    """A terminal sends Ctrl-C to the whole foreground process group: the driver's
+    helper processes must not die of it before the driver has written its trials."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "peak_tune.cli", "--trials", "400", *SMALL, "--json",
+         "--results", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    storage = f"sqlite:///{tmp_path}/peak.db"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        try:
+            studies = optuna.get_all_study_summaries(storage)
+        except Exception:  # the database may not exist yet
+            continue
+        if studies and studies[0].n_trials >= 4:
+            break
+    os.killpg(proc.pid, signal.SIGINT)  # the driver and every process of its group
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "ended unexpectedly" not in stderr
+    study = optuna.load_study(study_name=last_json(stdout)["study"], storage=storage)
+    assert last_json(stdout)["trials"]["total"] == len(study.trials)
+
+
 def test_user_catalog_adds_a_device_profile(tmp_path):
     devices = tmp_path / "cat" / "devices"
     devices.mkdir(parents=True)

@@ -226,9 +226,11 @@ def _run_compiler(command: list[str]) -> str:
     """Run the compiler; its log, or CompileError naming the first error."""
     shown = "$ " + shlex.join(command) + "\n"
     try:
+        # a session of its own: the first Ctrl-C at a terminal lets the trial finish, so
+        # it must not kill the compiler and make the trial a compile error
         done = subprocess.run(command, capture_output=True, text=True,
                               env={**os.environ, "LC_ALL": "C"},  # plain ASCII messages
-                              timeout=COMPILE_TIMEOUT_S, check=False)
+                              timeout=COMPILE_TIMEOUT_S, check=False, start_new_session=True)
     except subprocess.TimeoutExpired as exc:
         raise CompileError(f"compile error: compiler timed out after {COMPILE_TIMEOUT_S:g} s",
                            detail=shown) from exc
