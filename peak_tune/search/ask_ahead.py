@@ -26,6 +26,7 @@ If the process fails, the driver logs it once and samples in its own thread agai
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections import deque
@@ -163,8 +164,11 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
             elif kind == "count":
                 outbox.send(("count", sum(t.state.is_finished() for t in study.get_trials(
                     deepcopy=False))))
+        except OSError:  # the driver closed its end while a draw was on its way: done
+            return
         except Exception as error:  # reported; the driver samples on its own from then on
-            outbox.send(("failed", f"{type(error).__name__}: {error}"[:500]))
+            with contextlib.suppress(OSError):
+                outbox.send(("failed", f"{type(error).__name__}: {error}"[:500]))
             return
 
 
