@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -34,11 +35,7 @@ class PipedChild:
         self._process = subprocess.Popen(
             [sys.executable, "-m", module, str(child_in.fileno()), str(child_out.fileno())],
             pass_fds=(child_in.fileno(), child_out.fileno()), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, env=_child_env(),
-            # a session of its own: a Ctrl-C at the terminal goes to the driver's process
-            # group, and the driver, not the signal, says when the child ends (a writer
-            # killed by it lost the trials it had not written yet)
-            start_new_session=True)
+            stdout=subprocess.DEVNULL, env=_child_env())
         child_in.close()
         child_out.close()
         self._replies = from_child
@@ -105,6 +102,11 @@ def _pipe() -> tuple[Connection, Connection]:
 
 
 def child_pipes(argv: list[str]) -> tuple[Connection, Connection]:
-    """In the child: (its inbox, its outbox) from `python -m MODULE IN_FD OUT_FD`."""
+    """In the child: (its inbox, its outbox) from `python -m MODULE IN_FD OUT_FD`.
+
+    A Ctrl-C at a terminal goes to the driver's whole process group; the driver, not the
+    signal, says when the child ends (a study writer killed by it lost the trials it had
+    not written yet). Other signals (a SIGKILL or SIGTERM of the group) still reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     return (Connection(int(argv[1]), writable=False),
             Connection(int(argv[2]), readable=False))
