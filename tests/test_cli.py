@@ -195,14 +195,16 @@ def test_broken_study_data_is_kept_after_bad_input(tuned):
     assert len(study.trials) >= 8
 
 
-@pytest.mark.slow
-def test_ctrl_c_keeps_finished_trials(tmp_path):
+def start_a_long_run(results: Path, own_group: bool = False
+                     ) -> tuple[subprocess.Popen[str], str]:
+    """A 400-trial run (in a process group of its own, as at a terminal, if `own_group`)
+    and its storage, once it has 4 trials there."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "peak_tune.cli", "--trials", "400", *SMALL, "--json",
-         "--results", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         "--results", str(results)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=own_group,
     )
-    storage = f"sqlite:///{tmp_path}/peak.db"
+    storage = f"sqlite:///{results}/peak.db"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         time.sleep(1)
@@ -212,6 +214,12 @@ def test_ctrl_c_keeps_finished_trials(tmp_path):
             continue
         if studies and studies[0].n_trials >= 4:
             break
+    return proc, storage
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_trials(tmp_path):
+    proc, storage = start_a_long_run(tmp_path)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
@@ -226,21 +234,7 @@ def test_ctrl_c_keeps_finished_trials(tmp_path):
 def test_ctrl_c_at_a_terminal_leaves_the_study_writer_alone(tmp_path):
     """A terminal sends Ctrl-C to the whole foreground process group: the driver's
     helper processes must not die of it before the driver has written its trials."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "peak_tune.cli", "--trials", "400", *SMALL, "--json",
-         "--results", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    storage = f"sqlite:///{tmp_path}/peak.db"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        time.sleep(1)
-        try:
-            studies = optuna.get_all_study_summaries(storage)
-        except Exception:  # the database may not exist yet
-            continue
-        if studies and studies[0].n_trials >= 4:
-            break
+    proc, storage = start_a_long_run(tmp_path, own_group=True)
     os.killpg(proc.pid, signal.SIGINT)  # the driver and every process of its group
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
