@@ -22,6 +22,7 @@ __all__ = ["Message", "PipedChild", "child_pipes"]
 
 Message = tuple[str, Any]
 _CLOSE_WAIT_S = 10.0
+_ALIVE_CHECK_S = 1.0  # how often a wait for a reply checks that the child still runs
 
 
 class PipedChild:
@@ -53,12 +54,16 @@ class PipedChild:
     def send(self, kind: str, payload: Any = None) -> None:
         self._outgoing.put((kind, payload))
 
-    def poll(self, timeout_s: float) -> bool:
-        """A reply is waiting (waiting up to `timeout_s` for one)."""
-        return self._replies.poll(timeout_s)
+    def has_reply(self) -> bool:
+        """A reply is waiting: `receive` returns without waiting."""
+        return self._replies.poll(0)
 
     def receive(self) -> Message:
-        """The next reply; EOFError once the process has ended."""
+        """The next reply, waiting for it; EOFError once the process has ended (the
+        replies it sent before are read first)."""
+        while not self._replies.poll(_ALIVE_CHECK_S):
+            if self.exit_code is not None:
+                raise EOFError
         kind, payload = self._replies.recv()
         return str(kind), payload
 

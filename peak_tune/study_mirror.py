@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 DRIVER_ATTR = "peak_tune:driver"  # system attribute: which driver finished the trial
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-_REPLY_WAIT_S = 1.0  # how often a wait for the writer checks that it is still alive
 
 
 class StudyMirror:
@@ -128,11 +127,8 @@ class StudyMirror:
     def _reply(self, block: bool) -> str | None:
         """Take in one reply of the writer (waiting for it if `block`); its kind, or None
         when none has come and `block` is false."""
-        while not self._writer.poll(_REPLY_WAIT_S if block else 0):
-            if not block:
-                return None
-            if self._writer.exit_code is not None:
-                self._writer_ended()
+        if not block and not self._writer.has_reply():
+            return None
         try:
             kind, payload = self._writer.receive()
         except EOFError:

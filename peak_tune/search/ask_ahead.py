@@ -53,7 +53,6 @@ ASK_AHEAD = 2  # the default depth: a draw ready at every ask, each a little sta
 # study with an instant device ran 17.7 trials/s drawing ahead, 22.9 drawing in the
 # driver (benchmarks/results/2026-11-30-cpu-driver-ahead.json)
 ASK_AHEAD_MIN_CORES = 4
-_WAIT_S = 1.0  # how often a wait for a draw checks that the process is still alive
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class AskAhead:
         """The next ready draw (waiting for one), and a new one requested in its place;
         None once the process has failed."""
         while not self._ready and not self.failure:
-            self._take_reply(block=True)
+            self._take_reply()
         if self.failure:
             return None
         self._child.send("ask")
@@ -108,19 +107,15 @@ class AskAhead:
         told so far (for checks; -1 after a failure)."""
         self._child.send("count")
         while not self._counts and not self.failure:
-            self._take_reply(block=True)
+            self._take_reply()
         return self._counts.popleft() if self._counts else -1
 
     def close(self) -> None:
         self._child.close()
 
-    def _take_reply(self, block: bool) -> None:
+    def _take_reply(self) -> None:
+        """Wait for the process's next reply and take it in."""
         try:
-            while not self._child.poll(_WAIT_S if block else 0):
-                if not block:
-                    return
-                if self._child.exit_code is not None:
-                    raise EOFError
             kind, payload = self._child.receive()
         except (EOFError, OSError):
             code = self._child.wait()
