@@ -194,6 +194,7 @@ class Outcome:
     message: str = ""  # one line for people; the log goes in `detail`
     detail: str = ""
     cached: bool = False
+    transient: bool = False  # true of this run only (a build budget): never cached
 
     @property
     def gflops(self) -> float:

@@ -10,6 +10,7 @@ __all__ = [
     "ApplyError",
     "BackendUnavailable",
     "BudgetReached",
+    "BuildOverBudget",
     "CatalogError",
     "CompileError",
     "EndpointUnavailable",
@@ -58,6 +59,12 @@ class BackendUnavailable(UserError):
 
 class InvalidPoint(Exception):
     """A sequence or tuning point that cannot be legal (precondition, resources): pruned."""
+
+
+class BuildOverBudget(InvalidPoint):
+    """A build stopped at the search's build budget (a multiple of the study's median
+    build): pruned like an invalid point, but not cached, since the budget belongs to the
+    study and the machine, not to the point."""
 
 
 class ApplyError(Exception):

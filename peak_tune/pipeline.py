@@ -26,6 +26,7 @@ from peak_tune.core import (
 )
 from peak_tune.errors import (
     ApplyError,
+    BuildOverBudget,
     CompileError,
     EvaluationError,
     InvalidPoint,
@@ -183,13 +184,15 @@ class Pipeline:
     def flops(self, size: ProblemSize) -> float:
         return float(evaluate_int(self.setup.spec.flops, size.as_dict()))
 
-    def compile(self, context: KernelContext, params: Mapping[str, int]) -> Artifact:
+    def compile(self, context: KernelContext, params: Mapping[str, int],
+                time_limit_s: float = 0.0) -> Artifact:
         """Build the variant (thread-safe, so builds can run ahead of the timing).
 
-        Raises CompileError, or InvalidPoint for resources the device lacks."""
+        Raises CompileError, InvalidPoint for resources the device lacks, or
+        BuildOverBudget when the build outlasts `time_limit_s` (0: no limit)."""
         values = {p.name: params[p.name] for p in context.params}
         artifact = self.backend.compile(context, values, self.setup.dtype,
-                                        str(self.cache.builds))
+                                        str(self.cache.builds), time_limit_s)
         if not artifact.reused:
             with self.counter_lock:
                 self.cache.counters.compiles += 1
@@ -230,7 +233,7 @@ class Pipeline:
         if known is not None:
             return known
         outcome = self._evaluate_uncached(context, params, size, slow_cutoff_ms, artifact)
-        self.cache.put_evaluation(self._key(context, params, size), outcome)
+        self.store(context, params, size, outcome)
         return outcome
 
     def _key(self, context: KernelContext, params: Mapping[str, int], size: ProblemSize) -> str:
@@ -258,8 +261,10 @@ class Pipeline:
 
     def store(self, context: KernelContext, params: Mapping[str, int], size: ProblemSize,
               outcome: Outcome) -> None:
-        """Keep an outcome evaluated elsewhere (a Ray worker): the driver writes the cache."""
-        self.cache.put_evaluation(self._key(context, params, size), outcome)
+        """Keep an outcome in the cache (the driver writes it for Ray workers too); a
+        transient one (a build stopped at the study's budget) is not kept."""
+        if not outcome.transient:
+            self.cache.put_evaluation(self._key(context, params, size), outcome)
 
     def _evaluate_uncached(
         self,
@@ -301,7 +306,8 @@ def evaluate_built(backend: Backend, setup: PipelineSetup, built: Artifact,
 def outcome_of_error(exc: InvalidPoint | EvaluationError) -> Outcome:
     """The one place where a typed error of a backend becomes a Status."""
     if isinstance(exc, InvalidPoint):  # resources (threads, shared memory) the device lacks
-        return Outcome(Status.INVALID, message=str(exc))
+        return Outcome(Status.INVALID, message=str(exc),
+                       transient=isinstance(exc, BuildOverBudget))
     status = next((s for cls, s in _STATUS_OF.items() if isinstance(exc, cls)),
                   Status.RUNTIME_ERROR)
     log.info("%s: %s", status.value, exc)

@@ -9,7 +9,7 @@ from typing import Protocol
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
 
-__all__ = ["Artifact", "Backend", "EvalConfig", "EvalRequest"]
+__all__ = ["Artifact", "Backend", "EvalConfig", "EvalRequest", "over_budget_message"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,12 @@ class EvalRequest:
     config: EvalConfig
 
 
+def over_budget_message(time_limit_s: float) -> str:
+    """What a trial whose build was stopped at the study's build budget says."""
+    return (f"build stopped after {time_limit_s:.1f} s, the study's build budget "
+            "(--build-budget times its median build)")
+
+
 class Backend(Protocol):
     """A backend driver. Errors are typed (peak_tune.errors); the runner maps them."""
 
@@ -69,9 +75,12 @@ class Backend(Protocol):
         ...
 
     def compile(
-        self, context: KernelContext, params: Mapping[str, int], dtype: str, build_dir: str
+        self, context: KernelContext, params: Mapping[str, int], dtype: str, build_dir: str,
+        time_limit_s: float = 0.0,
     ) -> Artifact:
-        """Compile with parameters as -D macros; raises CompileError with the log."""
+        """Compile with parameters as -D macros; raises CompileError with the log, or
+        BuildOverBudget when the compiler outlasts `time_limit_s` (0: only the backend's
+        own hang limit), having stopped it."""
         ...
 
     def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:

@@ -27,10 +27,16 @@ from typing import Any
 
 from peak_tune.backends._wire import config_to_wire, macro_flags, measurement_from_reply
 from peak_tune.backends._worker import WorkerProcess, spec_to_wire
-from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
+from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest, over_budget_message
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
-from peak_tune.errors import BackendUnavailable, CompileError, UserError, WrongResult
+from peak_tune.errors import (
+    BackendUnavailable,
+    BuildOverBudget,
+    CompileError,
+    UserError,
+    WrongResult,
+)
 from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
 
 __all__ = ["CBackend", "COMPILE_TIMEOUT_S", "FLAGS", "HARNESS_VERSION"]
@@ -121,7 +127,8 @@ class CBackend:
     # ------------------------------------------------------------ compile
 
     def compile(
-        self, context: KernelContext, params: Mapping[str, int], dtype: str, build_dir: str
+        self, context: KernelContext, params: Mapping[str, int], dtype: str, build_dir: str,
+        time_limit_s: float = 0.0,
     ) -> Artifact:
         """Build <build_dir>/<key>.so, or reuse it if a build of the same key exists."""
         host = self._probe()
@@ -150,7 +157,7 @@ class CBackend:
                    *_LIBS]
         try:
             with self._calls:  # never beside a timing on this CPU (an LLM's result check)
-                log = _run_compiler(command)
+                log = _run_compiler(command, time_limit_s)
             _write_atomically(log_path, log)
             os.replace(temporary, library)
         finally:
@@ -222,16 +229,21 @@ class CBackend:
                 f"GFLOP/s is above {_SPEED_MARGIN:g} x the device peak ({peak:g} GFLOP/s)")
 
 
-def _run_compiler(command: list[str]) -> str:
-    """Run the compiler; its log, or CompileError naming the first error."""
+def _run_compiler(command: list[str], time_limit_s: float = 0.0) -> str:
+    """Run the compiler; its log, or CompileError naming the first error (BuildOverBudget
+    when it outlasts a `time_limit_s` shorter than COMPILE_TIMEOUT_S)."""
     shown = "$ " + shlex.join(command) + "\n"
+    budget = 0 < time_limit_s < COMPILE_TIMEOUT_S
     try:
         # a session of its own: the first Ctrl-C at a terminal lets the trial finish, so
         # it must not kill the compiler and make the trial a compile error
         done = subprocess.run(command, capture_output=True, text=True,
                               env={**os.environ, "LC_ALL": "C"},  # plain ASCII messages
-                              timeout=COMPILE_TIMEOUT_S, check=False, start_new_session=True)
+                              timeout=time_limit_s if budget else COMPILE_TIMEOUT_S,
+                              check=False, start_new_session=True)
     except subprocess.TimeoutExpired as exc:
+        if budget:
+            raise BuildOverBudget(over_budget_message(time_limit_s)) from None
         raise CompileError(f"compile error: compiler timed out after {COMPILE_TIMEOUT_S:g} s",
                            detail=shown) from exc
     log = done.stdout + done.stderr

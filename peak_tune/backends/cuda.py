@@ -20,13 +20,11 @@ import contextlib
 import importlib.util
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
 import tempfile
 import threading
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,14 +36,8 @@ from peak_tune.backends._cuda_launch import (
     tensor_map_boxes,
 )
 from peak_tune.backends._ncu import ProfileReport, find_cuda_tool, profile_request
-from peak_tune.backends._nvrtc import (
-    Compiled,
-    compile_cubin,
-    cubin_resources,
-    include_dir,
-    nvrtc_version,
-    ptxas_resources,
-)
+from peak_tune.backends._nvrtc import include_dir, nvrtc_version
+from peak_tune.backends._nvrtc_process import build_cubin, write_atomically
 from peak_tune.backends._wire import config_to_wire, macro_flags, measurement_from_reply
 from peak_tune.backends._worker import WorkerProcess, _child_env, spec_to_wire
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
@@ -158,9 +150,11 @@ class CudaBackend:
     # ------------------------------------------------------------ compile
 
     def compile(
-        self, context: KernelContext, params: Mapping[str, int], dtype: str, build_dir: str
+        self, context: KernelContext, params: Mapping[str, int], dtype: str, build_dir: str,
+        time_limit_s: float = 0.0,
     ) -> Artifact:
-        """Build <build_dir>/<key>.cubin with NVRTC, or reuse an identical build."""
+        """Build <build_dir>/<key>.cubin with NVRTC (in a compiler process, stopped past
+        `time_limit_s`), or reuse an identical build."""
         if dtype not in _CUDA_TYPES:
             raise UserError(f"the CUDA backend supports dtypes {', '.join(_CUDA_TYPES)}, "
                             f"not {dtype!r}")
@@ -180,11 +174,12 @@ class CudaBackend:
             artifact = Artifact(str(cubin), key, log=record["log"], reused=True,
                                 resources=record["resources"])
         else:
-            found, resources = _compile_with_report(context, options, key)
-            _write_atomically(cubin, found.cubin)
-            _write_atomically(sidecar, json.dumps({"log": found.log, "resources": resources})
-                              .encode())
-            artifact = Artifact(str(cubin), key, log=found.log, resources=resources)
+            headers = include_dir()
+            log, resources = build_cubin(
+                context.source, [*options, *([f"-I{headers}"] if headers else [])],
+                f"{key}.cu", context.entry, cubin, time_limit_s)
+            write_atomically(sidecar, json.dumps({"log": log, "resources": resources}).encode())
+            artifact = Artifact(str(cubin), key, log=log, resources=resources)
         self._check_resources(context, params, artifact)
         return artifact
 
@@ -341,26 +336,6 @@ def _finding(report: str) -> str:
         if line.startswith("=========") and re.match(r"(Invalid|Error|Race|.*hazard)", text):
             return text
     return "errors reported"
-
-
-def _compile_with_report(
-    context: KernelContext, options: list[str], key: str
-) -> tuple[Compiled, dict[str, int]]:
-    """NVRTC's build and the entry's resources: registers, stack and static shared memory
-    from the cubin, spills from ptxas's report where NVRTC's log has it (NVRTC 13.0 was
-    seen to give it only for the first build per architecture in a process)."""
-    headers = include_dir()
-    found = compile_cubin(context.source, [*options, *([f"-I{headers}"] if headers else [])],
-                          f"{key}.cu")
-    resources = {**ptxas_resources(found.log, context.entry),
-                 **cubin_resources(found.cubin, context.entry)}
-    return found, resources
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
 
 
 def profile_for_gpu(name: str, arch: str,

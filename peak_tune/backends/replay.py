@@ -64,7 +64,7 @@ class ReplayBackend:
         return {"replay": stable_hash(self.data)}
 
     def compile(self, context: KernelContext, params: Mapping[str, int], dtype: str,
-                build_dir: str) -> Artifact:
+                build_dir: str, time_limit_s: float = 0.0) -> Artifact:
         key = stable_hash([context.content_hash(), dict(params), dtype])
         return Artifact(path="", compile_key=key)
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from peak_tune.backends._nvrtc import (
     cubin_resources,
     ptxas_resources,
 )
+from peak_tune.backends._nvrtc_process import _COMPILERS
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend, profile_for_gpu
 from peak_tune.catalog.loaders import load_device, load_devices, load_spec
@@ -30,6 +35,7 @@ from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 from peak_tune.errors import (
     BackendUnavailable,
+    BuildOverBudget,
     CatalogError,
     CompileError,
     InvalidPoint,
@@ -53,6 +59,28 @@ extern "C" __global__ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int 
     tile[i % (TILE * TILE)] = (ACC)A[i];
     __syncthreads();
     C[i] = (DTYPE)tile[(i + 1) % (TILE * TILE)];
+}
+"""
+
+# STEPS fully unrolled K steps of an 8 x 8 outer product: NVRTC takes seconds (2.3 s for
+# 128 on a 2-core VM), as the search's largest unrolled kernels do
+SLOW_SOURCE = """\
+extern "C" __global__ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
+    __shared__ ACC as[STEPS][8], bs[STEPS][8];
+    for (int e = threadIdx.x; e < STEPS * 8; e += blockDim.x) {
+        as[e / 8][e % 8] = A[e];
+        bs[e / 8][e % 8] = B[e];
+    }
+    __syncthreads();
+    ACC acc[8][8] = {};
+    #pragma unroll
+    for (int k = 0; k < STEPS; ++k)
+        #pragma unroll
+        for (int i = 0; i < 8; ++i)
+            #pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j] += as[k][i] * bs[(k * 5 + threadIdx.x) % STEPS][j];
+    for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) C[threadIdx.x * 64 + i * 8 + j] = acc[i][j];
 }
 """
 
@@ -142,6 +170,55 @@ def test_compile_error_carries_the_nvrtc_log(backend: CudaBackend, tmp_path: Pat
         backend.compile(context_of(broken), {}, "float32", str(tmp_path))
     assert str(caught.value) == 'compile error: line 3: expected a ";"'
     assert "-arch=sm_90" in caught.value.detail and "error" in caught.value.detail
+
+
+@needs_nvrtc
+def test_a_build_past_its_time_limit_is_stopped_and_the_next_one_builds(
+    backend: CudaBackend, tmp_path: Path
+) -> None:
+    """The search's build budget: NVRTC is stopped mid-build (it runs in a compiler
+    process), the point is over budget, and nothing half-built is left to be reused."""
+    slow = context_of(SLOW_SOURCE)
+    started = time.monotonic()
+    with pytest.raises(BuildOverBudget, match=r"build stopped after 0\.3 s"):
+        backend.compile(slow, {"STEPS": 256}, "float32", str(tmp_path), time_limit_s=0.3)
+    stopped_after = time.monotonic() - started
+    assert not list(tmp_path.glob("*.cubin"))
+    quick = backend.compile(slow, {"STEPS": 2}, "float32", str(tmp_path), time_limit_s=60)
+    assert quick.resources["registers"] > 0 and not quick.reused
+    # the same slow build without a limit runs to its end, well past where it was stopped
+    started = time.monotonic()
+    assert backend.compile(slow, {"STEPS": 256}, "float32", str(tmp_path)).resources
+    assert time.monotonic() - started > stopped_after
+
+
+@needs_nvrtc
+def test_a_compiler_that_dies_is_a_compile_error_and_the_next_build_works(
+    backend: CudaBackend, tmp_path: Path
+) -> None:
+    """NVRTC crashing (here: its process killed mid-build) fails that variant only."""
+    failed: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            backend.compile(context_of(SLOW_SOURCE), {"STEPS": 512}, "float32", str(tmp_path))
+        except CompileError as exc:
+            failed.append(exc)
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    deadline = time.monotonic() + 30
+    busy = []
+    while not busy and time.monotonic() < deadline:  # the compiler the build took
+        busy = [c for c in _COMPILERS._started if c.running and c not in _COMPILERS._idle]
+        time.sleep(0.05)
+    assert busy, "no compiler process started"
+    time.sleep(0.3)
+    os.kill(busy[0]._proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    builder.join(60)
+    assert len(failed) == 1 and str(failed[0]) == "compile error: NVRTC crashed (SIGKILL)"
+    assert backend.compile(context_of(SLOW_SOURCE), {"STEPS": 2}, "float32",
+                           str(tmp_path)).resources
 
 
 @needs_nvrtc

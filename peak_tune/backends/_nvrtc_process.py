@@ -1,0 +1,114 @@
+"""NVRTC in compiler processes: a build that can be stopped, and a crash that stays there.
+
+A thread inside nvrtcCompileProgram cannot be stopped, so one runaway build (an LLM's
+`#pragma unroll` over a huge loop) would hold a build thread, and the tuner's exit, for
+as long as it runs. Each build runs instead in a compiler process of this module
+(a `WorkerProcess`, one per build running at once, reused): past its time limit the
+process is killed and the next build starts a fresh one; a crash of NVRTC ends only that
+process and becomes a compile error.
+
+Parent side: `build_cubin`. Child side: `python -m peak_tune.backends._nvrtc_process`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from peak_tune.backends._nvrtc import compile_cubin, cubin_resources, ptxas_resources
+from peak_tune.backends._worker import WorkerProcess, serve
+from peak_tune.backends.base import over_budget_message
+from peak_tune.errors import BuildOverBudget, CompileError, KernelCrash, KernelTimeout
+
+__all__ = ["NVRTC_TIMEOUT_S", "build_cubin", "write_atomically"]
+
+NVRTC_TIMEOUT_S = 300.0  # a build longer than this is taken for a hung compiler
+_MODULE = "peak_tune.backends._nvrtc_process"
+
+
+class _Compilers:
+    """Idle compiler processes; a build takes one or starts one, and gives it back."""
+
+    def __init__(self) -> None:
+        self._idle: list[WorkerProcess] = []
+        self._started: list[WorkerProcess] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def one(self) -> Iterator[WorkerProcess]:
+        with self._lock:
+            if self._idle:
+                compiler = self._idle.pop()
+            else:
+                compiler = WorkerProcess(_MODULE)
+                self._started.append(compiler)
+        try:
+            yield compiler
+        finally:
+            with self._lock:
+                self._idle.append(compiler)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            for compiler in self._started:
+                compiler.stop()
+
+
+_COMPILERS = _Compilers()
+atexit.register(_COMPILERS.stop_all)
+
+
+def build_cubin(source: str, options: Sequence[str], name: str, entry: str, cubin: Path,
+                time_limit_s: float = 0.0) -> tuple[str, dict[str, int]]:
+    """Compile `source` into the file `cubin` in a compiler process; NVRTC's log and the
+    entry's resources (registers, stack, static shared memory, spills).
+
+    Raises CompileError (also for a crash of NVRTC, or a build past NVRTC_TIMEOUT_S),
+    InvalidPoint for a register limit below what an instruction needs, BuildOverBudget
+    past a `time_limit_s` shorter than NVRTC_TIMEOUT_S.
+    """
+    budget = 0 < time_limit_s < NVRTC_TIMEOUT_S
+    request = {"op": "compile", "source": source, "options": list(options), "name": name,
+               "entry": entry, "cubin": str(cubin)}
+    with _COMPILERS.one() as compiler:
+        try:
+            reply = compiler.call(request, time_limit_s if budget else NVRTC_TIMEOUT_S)
+        except KernelTimeout:
+            if budget:
+                raise BuildOverBudget(over_budget_message(time_limit_s)) from None
+            raise CompileError(f"compile error: NVRTC ran past {NVRTC_TIMEOUT_S:g} s and "
+                               "was stopped", detail="$ nvrtc " + " ".join(options)) from None
+        except KernelCrash as exc:
+            how = str(exc).removeprefix("kernel crashed: ")
+            raise CompileError(f"compile error: NVRTC crashed ({how})",
+                               detail=exc.detail) from None
+    return str(reply["log"]), {k: int(v) for k, v in reply["resources"].items()}
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary name: readers see all of it or none."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def _compile(request: dict[str, Any]) -> dict[str, Any]:
+    """The child's one operation: NVRTC's build, written to request["cubin"]. Resources
+    come from the cubin; spills from ptxas's report where the log has it (NVRTC 13.0 was
+    seen to give it only for the first build per architecture in a process)."""
+    found = compile_cubin(request["source"], request["options"], request["name"])
+    entry = request["entry"]
+    resources = {**ptxas_resources(found.log, entry), **cubin_resources(found.cubin, entry)}
+    write_atomically(Path(request["cubin"]), found.cubin)
+    return {"log": found.log, "resources": resources}
+
+
+if __name__ == "__main__":
+    sys.exit(serve({"compile": _compile}))
