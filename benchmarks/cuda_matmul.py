@@ -51,10 +51,11 @@ def _driver() -> str:
 def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               sequence: tuple[str, ...] = (), profile: bool = False,
               study: str | None = None, warm_start: tuple[str, ...] = (),
-              ask_ahead: int = -1) -> dict[str, Any]:
+              ask_ahead: int = -1, build_budget: float = 4.0) -> dict[str, Any]:
     config = TuneConfig(device="h200", dtype=dtype, sizes=({"M": n, "N": n, "K": n},),
                         results=results, sequence=sequence, seed=0, study=study,
-                        warm_start=warm_start, ask_ahead=ask_ahead)
+                        warm_start=warm_start, ask_ahead=ask_ahead,
+                        build_budget=build_budget)
     started = time.perf_counter()
     session = open_session(config)
     earlier = len(session.study.get_trials(  # a continued study's, run to an end
@@ -64,6 +65,7 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
         deadline = started + seconds
         ran = time.perf_counter()
         session.run(trials, lambda record: None, lambda: time.perf_counter() > deadline)
+        searching = time.perf_counter() - ran
         searched = time.perf_counter() - started
         # where the time went: the device's share of the run, the median job, the loop
         times = {**time_report(session.executor, time.perf_counter() - ran),
@@ -77,7 +79,13 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
         session.close()
     data = summary(session, searched)
     data["trials_this_run"] = data["trials"]["total"] - earlier
+    # end to end (the worker's start, cuBLAS timed, the search), and in the search alone
     data["trials_per_second"] = data["trials_this_run"] / max(data["seconds"], 1e-9)
+    data["search_seconds"] = round(searching, 1)
+    data["trials_per_search_second"] = round(data["trials_this_run"] / searching, 2)
+    data["over_build_budget"] = sum(
+        str(t.user_attrs.get("message", "")).startswith("build stopped after")
+        for t in session.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
     data["time"] = times
     data["failures"] = failure_messages(session)
     if ncu is not None:
@@ -131,6 +139,8 @@ def main() -> None:
                         help="start each search from the best of the dtype's search before")
     parser.add_argument("--ask-ahead", type=int, default=-1,
                         help="the searches' --ask-ahead (default: peak-tune's)")
+    parser.add_argument("--build-budget", type=float, default=4.0,
+                        help="the searches' --build-budget (default 4, peak-tune's)")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "cuda_matmul.json"))
     args = parser.parse_args()
@@ -144,7 +154,8 @@ def main() -> None:
         warm = (searched[dtype],) if args.warm_start and dtype in searched else ()
         row["search"] = study_row(dtype, int(n), args.trials, Path(args.results),
                                   args.seconds, profile=args.profile, study=named,
-                                  warm_start=warm, ask_ahead=args.ask_ahead)
+                                  warm_start=warm, ask_ahead=args.ask_ahead,
+                                  build_budget=args.build_budget)
         row["search"]["warm_start"] = list(warm)
         searched[dtype] = row["search"]["study"]
         row["paper"] = {
@@ -164,12 +175,13 @@ def main() -> None:
               + (" --profile" if args.profile else "")
               + (f" --study {args.study}" if args.study else "")
               + (" --warm-start" if args.warm_start else "")
-              + (f" --ask-ahead {args.ask_ahead}" if args.ask_ahead >= 0 else ""),
+              + (f" --ask-ahead {args.ask_ahead}" if args.ask_ahead >= 0 else "")
+              + (f" --build-budget {args.build_budget:g}" if args.build_budget != 4.0 else ""),
               "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")
     print(f"{'dtype':<8} {'n':>5} {'search/cuBLAS':>13} {'trials':>6} {'trials/s':>8} "
-          f"{'paper/cuBLAS':>24} {'triton/cuBLAS':>13}  best sequence")
+          f"{'search trials/s':>15} {'paper/cuBLAS':>24} {'triton/cuBLAS':>13}  best sequence")
     for r in rows:
         s = r["search"]
         paper_ratios = ", ".join(f"{k} {v['ratio']:.3f}" for k, v in r["paper"].items()
@@ -177,6 +189,7 @@ def main() -> None:
         triton = r["triton"].get("ratio")
         print(f"{r['dtype']:<8} {r['n']:>5} {s['ratio'] or 0:>13.3f} "
               f"{s['trials']['total']:>6} {s['trials_per_second']:>8.2f} "
+              f"{s['trials_per_search_second']:>15.2f} "
               f"{paper_ratios or '-':>24} {triton if triton is not None else '-':>13}  "
               f"{' > '.join(s['best']['sequence'])}")
         print(f"    time: {s['time']}")

@@ -47,6 +47,7 @@ _SETTINGS: dict[str, type | tuple[type, ...]] = {
     "encoding": str, "illegal": str, "transforms": list, "sequence": list, "repeats": int,
     "timeout": (int, float), "compile_workers": int, "temperature": (int, float),
     "repairs": int, "max_tokens_total": int, "polish": (int, float),
+    "build_budget": (int, float),
 }
 _TOP_ONLY: dict[str, type | tuple[type, ...]] = {
     "name": str, "results": str, "storage": str, "executor": str, "ray_address": str,
@@ -65,7 +66,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _LEAST: dict[str, float] = {"trials": 0, "repeats": 1, "timeout": 0.001,
                             "compile_workers": 0, "repairs": 0, "max_tokens_total": 1,
-                            "polish": 0}
+                            "polish": 0, "build_budget": 0}
 _BELOW: dict[str, float] = {"polish": 1}
 EXECUTORS = ("auto", "local", "ray")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -335,6 +336,7 @@ class _Loader:
             encoding=get("encoding", "subset"), illegal=get("illegal", "repair"),
             only=tuple(get("transforms", [])), sequence=tuple(get("sequence", [])),
             compile_workers=get("compile_workers", 0), polish=float(get("polish", 0.5)),
+            build_budget=float(get("build_budget", 4.0)),
             eval_config=EvalConfig(timeout_s=float(get("timeout", 60.0)),
                                    repeats=get("repeats", 7)),
         )

@@ -44,6 +44,16 @@ def _size(text: str) -> dict[str, int]:
     return {"M": int(m), "N": int(n), "K": int(k)}
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r}: use a number, 0 or more")
+    return value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="results", metavar="DIR",
                         help="folder for the study database and the cache (default: results)")
@@ -110,6 +120,10 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile-workers", type=int, default=0, metavar="N",
                    help="variants built in parallel while one is timed (default: 1 for the "
                         "C backend, one per core for GPU backends)")
+    p.add_argument("--build-budget", type=_non_negative, default=4.0, metavar="B",
+                   help="stop a build that runs past B times the median build of the run so "
+                        "far and prune its point (default 4; 0: never; from the 20th build, "
+                        "and never before 2 s)")
     p.add_argument("--apply-workers", type=int, default=0, metavar="N",
                    help="transformations applied at once (default: 1 for the reference "
                         "applier, --llm-concurrency for the LLM one)")
@@ -256,6 +270,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         tell_order=args.tell_order,
         ask_ahead=args.ask_ahead,
         step_values=args.step_values, compile_workers=args.compile_workers,
+        build_budget=args.build_budget,
         apply_workers=args.apply_workers, executor=args.executor,
         ray_address=args.ray_address, ray_workers=args.ray_workers,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),

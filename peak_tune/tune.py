@@ -12,6 +12,7 @@ import itertools
 import logging
 import math
 import os
+import statistics
 import tempfile
 import time
 from collections import deque
@@ -59,6 +60,13 @@ log = logging.getLogger(__name__)
 # timing makes it the best (runs of one kernel differ by a few percent), and the fp32
 # studies at 8192 were bound by the device (98-100% busy in search-13 and search-14).
 SLOW_FACTOR = 2.0
+# The build budget (--build-budget B): a build still running after B times the median
+# of this run's builds is stopped and its point pruned. In a 4096 fp32 study on the H200
+# (16 cores, 1151 NVRTC builds in 120 s) the median build took 1.05 s, yet the 5% of
+# builds past 3.6 s took 16% of all build time (up to 27 s: TILE_K 64 kernels), and
+# none of them came within 5% of the study's best.
+BUILD_BUDGET_FLOOR_S = 2.0  # a build is never stopped sooner
+BUILD_BUDGET_AFTER = 20  # builds of this run needed before the budget applies
 BUDGET_SCOPES = ("run", "study")
 PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
 
@@ -98,6 +106,7 @@ class TuneConfig:
     ask_ahead: int = -1
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
+    build_budget: float = 4.0  # stop builds past this times the median build (0: never)
     apply_workers: int = 0  # applications at once; 0: 1 (reference) or --llm-concurrency
     executor: str = "auto"  # local, ray, or auto: ray with several GPUs or a Ray address
     ray_address: str | None = None
@@ -690,7 +699,19 @@ class TuneSession:
         best so far is timed once (its exact speed does not matter to the search)."""
         best = [self.best_median_ms(size) for size in self.sizes]
         return EvalJob(variant, params, tuple(self.sizes),
-                       tuple(SLOW_FACTOR * ms if ms else 0.0 for ms in best))
+                       tuple(SLOW_FACTOR * ms if ms else 0.0 for ms in best),
+                       self.build_limit_s())
+
+    def build_limit_s(self) -> float:
+        """How long a build may run now: --build-budget times the median of this run's
+        builds, at least BUILD_BUDGET_FLOOR_S; 0 (no limit) before BUILD_BUDGET_AFTER
+        builds or with a budget of 0. A build stopped at it counts as lasting that long."""
+        if self.config.build_budget <= 0:
+            return 0.0
+        builds = [job.build_s for job in list(self.executor.job_times) if job.compiled]
+        if len(builds) < BUILD_BUDGET_AFTER:
+            return 0.0
+        return max(BUILD_BUDGET_FLOOR_S, self.config.build_budget * statistics.median(builds))
 
     def _finish(self, item: _Started) -> TrialRecord:
         def ended(status: Status, message: str = "", gflops: float = 0.0,

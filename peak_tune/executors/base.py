@@ -20,13 +20,15 @@ __all__ = ["EvalJob", "Executor", "JobTimes", "busy_by_worker", "time_report"]
 @dataclass(frozen=True)
 class JobTimes:
     """Where one job's time went: `latency_s` from handing it over to its result,
-    `build_s` compiling, `waited_s` built but waiting for its device, `busy_s` on it."""
+    `build_s` compiling, `waited_s` built but waiting for its device, `busy_s` on it;
+    `compiled`: the compiler ran (not an identical build found on disk)."""
 
     worker: str
     latency_s: float
     build_s: float
     waited_s: float
     busy_s: float
+    compiled: bool = False
 
 
 def busy_by_worker(times: list[JobTimes], workers: tuple[str, ...] = ()) -> dict[str, float]:
@@ -42,12 +44,15 @@ class EvalJob:
     """One point: a variant and its parameter values, evaluated at each tuned size.
 
     A size whose first run is slower than its `slow_cutoff_ms` (0: none) is timed once.
+    A build still running after `build_limit_s` (0: no limit) is stopped: the point is
+    over the study's build budget.
     """
 
     context: KernelContext
     params: Mapping[str, int]
     sizes: tuple[ProblemSize, ...]
     slow_cutoff_ms: tuple[float, ...]
+    build_limit_s: float = 0.0
 
 
 class Executor(Protocol):
@@ -74,13 +79,19 @@ class Executor(Protocol):
 
 
 def time_report(executor: Executor, seconds: float) -> dict[str, Any]:
-    """How busy each device was over `seconds`, and the median job's times: what a
-    benchmark prints to say whether the devices or the driver held a run back."""
+    """How busy each device was over `seconds`, the median job's times, and the builds
+    (how many ran the compiler, their median, 95th percentile, longest and total
+    seconds): what a benchmark prints to say what held a run back."""
     jobs = list(executor.job_times)
+    builds = sorted(job.build_s for job in jobs if job.compiled)
     return {
         "device_busy_fraction": {name.rsplit("-", 1)[-1]: round(b / seconds, 2)
                                  for name, b in executor.busy_seconds().items()},
         "job_median_s": {part: round(statistics.median(getattr(j, part) for j in jobs), 3)
                          for part in ("latency_s", "build_s", "waited_s", "busy_s")}
         if jobs else {},
+        "builds": {"count": len(builds), "median_s": round(statistics.median(builds), 3),
+                   "p95_s": round(builds[int(0.95 * (len(builds) - 1))], 3),
+                   "max_s": round(builds[-1], 3), "total_s": round(sum(builds), 1)}
+        if builds else {},
     }

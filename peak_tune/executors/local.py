@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from peak_tune.backends.base import Artifact
-from peak_tune.core import KernelContext, Outcome
+from peak_tune.core import Outcome
+from peak_tune.errors import BuildOverBudget
 from peak_tune.executors.base import EvalJob, JobTimes, busy_by_worker
 from peak_tune.pipeline import Pipeline
 
@@ -49,7 +49,7 @@ class LocalExecutor:
         times = _Clock(time.perf_counter())
         if self._builds is not None and any(
                 self.pipeline.must_run(job.context, job.params, size) for size in job.sizes):
-            build = self._builds.submit(self._compile, job.context, job.params, times)
+            build = self._builds.submit(self._compile, job, times)
             build.add_done_callback(lambda built: self._to_timer(job, built, result, times))
         else:
             self._to_timer(job, None, result, times)
@@ -59,11 +59,15 @@ class LocalExecutor:
         """Seconds the device spent validating and timing, over the jobs so far."""
         return busy_by_worker(self.job_times, ("local",))
 
-    def _compile(self, context: KernelContext, params: Mapping[str, int],
-                 times: _Clock) -> Artifact:
+    def _compile(self, job: EvalJob, times: _Clock) -> Artifact:
         started = time.perf_counter()
         try:
-            return self.pipeline.compile(context, params)
+            artifact = self.pipeline.compile(job.context, job.params, job.build_limit_s)
+            times.compiled = not artifact.reused
+            return artifact
+        except BuildOverBudget:
+            times.compiled = True  # it ran until stopped: its time counts in the median
+            raise
         finally:
             times.built = time.perf_counter()
             times.build_s = times.built - started
@@ -93,7 +97,7 @@ class LocalExecutor:
             ended = time.perf_counter()
             self.job_times.append(JobTimes(
                 "local", ended - times.submitted, times.build_s,
-                started - (times.built or times.submitted), ended - started))
+                started - (times.built or times.submitted), ended - started, times.compiled))
 
     def close(self) -> None:
         if self._builds is not None:  # builds still running hand their jobs over first
@@ -105,9 +109,10 @@ class LocalExecutor:
 
 @dataclass
 class _Clock:
-    """When a job was handed over and built (0: not on the build pool), and how long its
-    build took."""
+    """When a job was handed over and built (0: not on the build pool), how long its
+    build took, and whether the compiler ran."""
 
     submitted: float
     built: float = 0.0
     build_s: float = 0.0
+    compiled: bool = False

@@ -100,7 +100,8 @@ def build_variant(backend_name: str, setup: PipelineSetup, job: EvalJob) -> Buil
     values = {p.name: job.params[p.name] for p in job.context.params}
     with tempfile.TemporaryDirectory(prefix="peak-tune-build-") as folder:
         try:
-            artifact = backend.compile(job.context, values, setup.dtype, folder)
+            artifact = backend.compile(job.context, values, setup.dtype, folder,
+                                       job.build_limit_s)
         except (InvalidPoint, EvaluationError) as exc:
             return BuiltVariant(None, failed=outcome_of_error(exc),
                                 build_s=time.perf_counter() - started)
@@ -125,9 +126,11 @@ class DeviceWorker:
         values = {p.name: job.params[p.name] for p in job.context.params}
         try:
             built = (self._landed(shipped) if shipped is not None else
-                     self.backend.compile(job.context, values, self.setup.dtype, self.build_dir))
+                     self.backend.compile(job.context, values, self.setup.dtype, self.build_dir,
+                                          job.build_limit_s))
         except (InvalidPoint, EvaluationError) as exc:
-            return WorkerReply([outcome_of_error(exc)] * len(job.sizes), True, self.label)
+            return WorkerReply([outcome_of_error(exc)] * len(job.sizes), True, self.label,
+                               time.perf_counter() - arrived)
         build_s = shipped.build_s if shipped is not None else time.perf_counter() - arrived
         if isinstance(built, Outcome):
             return WorkerReply([built] * len(job.sizes), True, self.label, build_s)
@@ -282,7 +285,8 @@ class RayExecutor:
         try:
             self.evaluations[reply.worker] = self.evaluations.get(reply.worker, 0) + 1
             self.job_times.append(JobTimes(reply.worker, time.perf_counter() - pending.sent_at,
-                                           reply.build_s, reply.waited_s, reply.busy_s))
+                                           reply.build_s, reply.waited_s, reply.busy_s,
+                                           reply.compiled))
             if reply.compiled:
                 with self.pipeline.counter_lock:
                     self.pipeline.cache.counters.compiles += 1

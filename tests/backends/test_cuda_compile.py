@@ -78,7 +78,7 @@ extern "C" __global__ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int 
         #pragma unroll
         for (int i = 0; i < 8; ++i)
             #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][j] += as[k][i] * bs[(k * 5 + threadIdx.x) % STEPS][j];
+            for (int j = 0; j < 8; ++j) acc[i][j] += as[k][i] * bs[(k + threadIdx.x) % STEPS][j];
     for (int i = 0; i < 8; ++i)
         for (int j = 0; j < 8; ++j) C[threadIdx.x * 64 + i * 8 + j] = acc[i][j];
 }

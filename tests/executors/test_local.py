@@ -29,7 +29,8 @@ class SlowBuilds:
     def must_run(self, context: Any, params: Mapping[str, int], size: ProblemSize) -> bool:
         return True
 
-    def compile(self, context: Any, params: Mapping[str, int]) -> Artifact:
+    def compile(self, context: Any, params: Mapping[str, int],
+                time_limit_s: float = 0.0) -> Artifact:
         if params["build_s"] < 0:
             self.release.wait(10)  # held until the test lets it go
         time.sleep(max(params["build_s"], 0) / 1000)
