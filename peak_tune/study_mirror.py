@@ -3,7 +3,8 @@
 TPE reads every trial several times per `ask`; against SQLite that made the driver itself
 the bottleneck (3 trials/s where memory gives 30). So the sampler works on an in-memory
 copy, and a writer process appends each finished trial to the persistent study (SQLite or
-PostgreSQL) in the order they finished. The persistent study only ever holds finished
+PostgreSQL) in the order they finished, those that queued up meanwhile in one
+transaction (peak_tune.study_batch). The persistent study only ever holds finished
 trials: a killed driver leaves nothing RUNNING, and what it finished is there to resume.
 
 The writer is a process, not a thread: SQLAlchemy spends 15-35 ms of Python per trial
@@ -24,7 +25,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -33,6 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from peak_tune.errors import UserError
 from peak_tune.piped_child import PipedChild, child_pipes
+from peak_tune.study_batch import Unsupported, add_finished
 
 __all__ = ["StudyMirror", "open_mirrored_study"]
 
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 
 DRIVER_ATTR = "peak_tune:driver"  # system attribute: which driver finished the trial
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+_BATCH = 100  # trials written in one transaction at most
 
 
 class StudyMirror:
@@ -160,14 +163,29 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
     kind, (url, study_name, driver, known) = inbox.recv()
     study = optuna.load_study(study_name=study_name, storage=open_storage(url))
     failed = False
+    batched = True  # add_finished works with this Optuna (else Study.add_trial)
+    after: tuple[str, Any] | None = None  # a message read while batching trials
     while True:
-        try:
-            kind, payload = inbox.recv()
-        except EOFError:  # the driver is gone: everything it sent is written
-            return
-        if kind == "trial" and not failed:
+        if after is not None:
+            (kind, payload), after = after, None
+        else:
             try:
-                study.add_trial(payload)
+                kind, payload = inbox.recv()
+            except EOFError:  # the driver is gone: everything it sent is written
+                return
+        if kind == "trial" and not failed:
+            trials = [payload]
+            while len(trials) < _BATCH and inbox.poll():  # what has queued up meanwhile
+                try:
+                    message = inbox.recv()
+                except EOFError:
+                    break
+                if message[0] != "trial":
+                    after = message
+                    break
+                trials.append(message[1])
+            try:
+                batched = _write(study, trials, batched)
             except Exception as error:  # reported; the driver raises on its next call
                 failed = True
                 outbox.send(("failed", " ".join(str(error).split())[:500]))
@@ -184,6 +202,25 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
         elif kind == "close":
             outbox.send(("closed", None))
             return
+
+
+def _write(study: optuna.Study, trials: list[FrozenTrial], batched: bool) -> bool:
+    """Append `trials` in one transaction where this Optuna allows (see study_batch),
+    else one by one; whether the next batch may be written in one transaction. A batch
+    the storage refuses is written again one by one: the trials before the one at fault
+    are kept, and the error is that trial's."""
+    if batched:
+        try:
+            add_finished(study, trials)
+            return True
+        except Unsupported as why:
+            log.warning("writing trials one at a time: %s", why)
+            batched = False
+        except Exception:  # noqa: BLE001 - the one-by-one writes below raise it again
+            pass
+    for trial in trials:
+        study.add_trial(trial)
+    return batched
 
 
 def _copy(trial: FrozenTrial, system_attrs: dict[str, object]) -> FrozenTrial:
