@@ -38,16 +38,19 @@ def add_finished(study: optuna.Study, trials: Sequence[FrozenTrial]) -> None:
         from optuna.storages._rdb.storage import _create_scoped_session
     except ImportError as exc:
         raise Unsupported(str(exc)) from exc
-    storage: Any = study._storage
+    storage: Any = getattr(study, "_storage", None)
     storage = getattr(storage, "_backend", storage)  # under Optuna's cache wrapper
     if not isinstance(storage, RDBStorage):
         raise Unsupported(f"not an RDB storage: {type(storage).__name__}")
     study_id = study._study_id
-    with _create_scoped_session(storage.scoped_session) as session:
-        # the lock Optuna takes to number trials
-        models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
-        for trial in trials:
-            _insert(session, models, study_id, trial)
+    try:
+        with _create_scoped_session(storage.scoped_session) as session:
+            # the lock Optuna takes to number trials
+            models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
+            for trial in trials:
+                _insert(session, models, study_id, trial)
+    except AttributeError as exc:  # a model or helper of another Optuna (rolled back)
+        raise Unsupported(f"Optuna's table models differ: {exc}") from exc
 
 
 def _insert(session: Any, models: Any, study_id: int, trial: FrozenTrial) -> None:

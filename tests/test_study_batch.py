@@ -93,3 +93,26 @@ def test_a_burst_of_trials_lands_in_order_and_an_unstorable_one_stops_only_itsel
     kept = optuna.load_study(study_name="burst", storage=url).trials
     assert [t.value for t in kept] == [float(i) for i in range(250)]
     assert [t.number for t in kept] == list(range(250))
+
+
+def test_another_optunas_models_fall_back_to_add_trial(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from optuna.storages._rdb import models
+
+    from peak_tune.study_mirror import _write
+
+    monkeypatch.delattr(models.TrialValueModel, "value_to_stored_repr")  # not what we expect
+    study = optuna.create_study(storage=open_storage(results_storage_url(tmp_path)))
+    trials = finished_trials(4)
+    with pytest.raises(Unsupported, match="table models differ"):
+        add_finished(study, trials[:2])
+    assert not study.trials  # the refused batch was rolled back
+    monkeypatch.undo()  # add_trial needs the helper too; the writer meets the refusal
+
+    def refused(study: optuna.Study, trials: list[FrozenTrial]) -> None:
+        raise Unsupported("Optuna's table models differ")
+
+    monkeypatch.setattr("peak_tune.study_mirror.add_finished", refused)
+    assert _write(study, trials, batched=True) is False  # one by one from now on
+    assert [(t.number, t.values, t.params) for t in study.trials] == [
+        (i, t.values, t.params) for i, t in enumerate(trials)]
