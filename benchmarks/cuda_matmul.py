@@ -83,9 +83,7 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
     data["trials_per_second"] = data["trials_this_run"] / max(data["seconds"], 1e-9)
     data["search_seconds"] = round(searching, 1)
     data["trials_per_search_second"] = round(data["trials_this_run"] / searching, 2)
-    data["over_build_budget"] = sum(
-        str(t.user_attrs.get("message", "")).startswith("build stopped after")
-        for t in session.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
+    data["over_build_budget"] = data["trials"]["over_build_budget"]
     data["time"] = times
     data["failures"] = failure_messages(session)
     if ncu is not None:

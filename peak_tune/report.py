@@ -11,6 +11,7 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
+from peak_tune.backends.base import OVER_BUDGET
 from peak_tune.core import Status
 from peak_tune.tune import TrialRecord, TuneSession
 
@@ -55,21 +56,24 @@ class ProgressView:
         )
 
 
-def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str]]:
+def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str], int]:
+    """Trials by state, by outcome, and how many were stopped at the build budget."""
     states: Counter[str] = Counter()
     outcomes: Counter[str] = Counter({label: 0 for label in _STATUS_LABELS.values()})
+    over_budget = 0
     for t in study.get_trials(deepcopy=False):
         states[t.state.name] += 1
         status = t.user_attrs.get("status")
         if status:
             outcomes[_LABEL_BY_VALUE.get(status, status)] += 1
-    return states, outcomes
+        over_budget += str(t.user_attrs.get("message", "")).startswith(OVER_BUDGET)
+    return states, outcomes, over_budget
 
 
 def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
     """The machine-readable summary (the `--json` line)."""
     best = session.best_trial()
-    states, outcomes = _counts(session.study)
+    states, outcomes, over_budget = _counts(session.study)
     vendor_name = next(iter(session.vendor.values()))[0] if session.vendor else ""
     vendor_gflops = session.vendor_gflops()
     best_gflops = best.values[0] if best else 0.0
@@ -104,6 +108,7 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "pruned": states["PRUNED"],
             "failed": states["FAIL"],
             "by_outcome": dict(outcomes),
+            "over_build_budget": over_budget,  # of the invalid ones (pruned)
         },
         "executor": {
             "name": session.executor.name,
@@ -146,7 +151,10 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     trials = data["trials"]
     table.add_row("trials", f"{trials['total']} ({trials['complete']} complete, "
                   f"{trials['pruned']} pruned, {trials['failed']} failed)")
-    table.add_row("by outcome", ", ".join(f"{k} {v}" for k, v in trials["by_outcome"].items()))
+    outcomes = ", ".join(f"{k} {v}" for k, v in trials["by_outcome"].items())
+    if trials["over_build_budget"]:
+        outcomes += f" ({trials['over_build_budget']} of the invalid: over the build budget)"
+    table.add_row("by outcome", outcomes)
     cache = data["cache"]
     table.add_row("cache", f"{cache['hits']} hits, {cache['misses']} misses, "
                   f"{cache['compiles']} compiles")

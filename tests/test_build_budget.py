@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
-from peak_tune import cli, tune
-from peak_tune.backends.base import Artifact, over_budget_message
+from peak_tune import cli, report, tune
+from peak_tune.backends.base import OVER_BUDGET, Artifact, over_budget_message
 from peak_tune.core import KernelContext
 from peak_tune.errors import BuildOverBudget
 from tests.instant_backend import InstantCudaBackend
@@ -63,7 +63,7 @@ def run_study(tmp_path: Path, trials: int, **config: Any) -> tune.TuneSession:
 
 def over_budget(session: tune.TuneSession) -> list[Any]:
     return [t for t in session.study.get_trials(deepcopy=False)
-            if str(t.user_attrs.get("message", "")).startswith("build stopped after")]
+            if str(t.user_attrs.get("message", "")).startswith(OVER_BUDGET)]
 
 
 def test_slow_builds_are_stopped_pruned_and_not_cached(tmp_path: Path, slow_tail: None):
@@ -80,6 +80,8 @@ def test_slow_builds_are_stopped_pruned_and_not_cached(tmp_path: Path, slow_tail
         assert session.pipeline.cached(context, params, session.sizes[0]) is None
     complete = session.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     assert len(complete) > len(stopped)
+    told = report.summary(session, 1.0)["trials"]
+    assert told["over_build_budget"] == len(stopped) <= told["by_outcome"]["invalid"]
     assert session.build_limit_s() == pytest.approx(0.2)
 
 

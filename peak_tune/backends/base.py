@@ -9,7 +9,8 @@ from typing import Protocol
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
 
-__all__ = ["Artifact", "Backend", "EvalConfig", "EvalRequest", "over_budget_message"]
+__all__ = ["OVER_BUDGET", "Artifact", "Backend", "EvalConfig", "EvalRequest",
+           "over_budget_message"]
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,12 @@ class EvalRequest:
     config: EvalConfig
 
 
+OVER_BUDGET = "build stopped after"  # how the message of an over-budget trial begins
+
+
 def over_budget_message(time_limit_s: float) -> str:
     """What a trial whose build was stopped at the study's build budget says."""
-    return (f"build stopped after {time_limit_s:.1f} s, the study's build budget "
+    return (f"{OVER_BUDGET} {time_limit_s:.1f} s, the study's build budget "
             "(--build-budget times its median build)")
 
 
