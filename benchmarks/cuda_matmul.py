@@ -32,6 +32,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from peak_tune.backends.base import BUILD_BUDGET
 from peak_tune.executors.base import time_report
 from peak_tune.report import summary
 from peak_tune.tune import TuneConfig, open_session
@@ -51,7 +52,7 @@ def _driver() -> str:
 def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               sequence: tuple[str, ...] = (), profile: bool = False,
               study: str | None = None, warm_start: tuple[str, ...] = (),
-              ask_ahead: int = -1, build_budget: float = 4.0) -> dict[str, Any]:
+              ask_ahead: int = -1, build_budget: float = BUILD_BUDGET) -> dict[str, Any]:
     config = TuneConfig(device="h200", dtype=dtype, sizes=({"M": n, "N": n, "K": n},),
                         results=results, sequence=sequence, seed=0, study=study,
                         warm_start=warm_start, ask_ahead=ask_ahead,
@@ -137,8 +138,8 @@ def main() -> None:
                         help="start each search from the best of the dtype's search before")
     parser.add_argument("--ask-ahead", type=int, default=-1,
                         help="the searches' --ask-ahead (default: peak-tune's)")
-    parser.add_argument("--build-budget", type=float, default=4.0,
-                        help="the searches' --build-budget (default 4, peak-tune's)")
+    parser.add_argument("--build-budget", type=float, default=BUILD_BUDGET,
+                        help="the searches' --build-budget (default: peak-tune's)")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "cuda_matmul.json"))
     args = parser.parse_args()
@@ -174,7 +175,8 @@ def main() -> None:
               + (f" --study {args.study}" if args.study else "")
               + (" --warm-start" if args.warm_start else "")
               + (f" --ask-ahead {args.ask_ahead}" if args.ask_ahead >= 0 else "")
-              + (f" --build-budget {args.build_budget:g}" if args.build_budget != 4.0 else ""),
+              + (f" --build-budget {args.build_budget:g}"
+                 if args.build_budget != BUILD_BUDGET else ""),
               "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from peak_tune.backends import BACKENDS
-from peak_tune.backends.base import EvalConfig
+from peak_tune.backends.base import BUILD_BUDGET, EvalConfig
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.errors import UserError
 from peak_tune.search.samplers import SAMPLERS
@@ -336,7 +336,7 @@ class _Loader:
             encoding=get("encoding", "subset"), illegal=get("illegal", "repair"),
             only=tuple(get("transforms", [])), sequence=tuple(get("sequence", [])),
             compile_workers=get("compile_workers", 0), polish=float(get("polish", 0.5)),
-            build_budget=float(get("build_budget", 4.0)),
+            build_budget=float(get("build_budget", BUILD_BUDGET)),
             eval_config=EvalConfig(timeout_s=float(get("timeout", 60.0)),
                                    repeats=get("repeats", 7)),
         )

@@ -20,7 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from peak_tune.backends.base import EvalConfig
+from peak_tune.backends.base import (
+    BUILD_BUDGET,
+    BUILD_BUDGET_AFTER,
+    BUILD_BUDGET_FLOOR_S,
+    EvalConfig,
+)
 from peak_tune.errors import BudgetReached, UserError
 from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES
 from peak_tune.search.samplers import SAMPLERS
@@ -120,10 +125,10 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile-workers", type=int, default=0, metavar="N",
                    help="variants built in parallel while one is timed (default: 1 for the "
                         "C backend, one per core for GPU backends)")
-    p.add_argument("--build-budget", type=_non_negative, default=4.0, metavar="B",
+    p.add_argument("--build-budget", type=_non_negative, default=BUILD_BUDGET, metavar="B",
                    help="stop a build that runs past B times the median build of the run so "
-                        "far and prune its point (default 4; 0: never; from the 20th build, "
-                        "and never before 2 s)")
+                        f"far and prune its point (default {BUILD_BUDGET:g}; 0: never; from "
+                        f"build {BUILD_BUDGET_AFTER} on, never before {BUILD_BUDGET_FLOOR_S:g} s)")
     p.add_argument("--apply-workers", type=int, default=0, metavar="N",
                    help="transformations applied at once (default: 1 for the reference "
                         "applier, --llm-concurrency for the LLM one)")

@@ -29,7 +29,15 @@ from optuna.study import StudyDirection
 from peak_tune.appliers.base import Applier
 from peak_tune.appliers.wiring import AppliedWith, LLMJournal, wired_applier
 from peak_tune.backends import BACKENDS, make_backend
-from peak_tune.backends.base import Artifact, Backend, EvalConfig, EvalRequest
+from peak_tune.backends.base import (
+    BUILD_BUDGET,
+    BUILD_BUDGET_AFTER,
+    BUILD_BUDGET_FLOOR_S,
+    Artifact,
+    Backend,
+    EvalConfig,
+    EvalRequest,
+)
 from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Status
@@ -60,13 +68,6 @@ log = logging.getLogger(__name__)
 # timing makes it the best (runs of one kernel differ by a few percent), and the fp32
 # studies at 8192 were bound by the device (98-100% busy in search-13 and search-14).
 SLOW_FACTOR = 2.0
-# The build budget (--build-budget B): a build still running after B times the median
-# of this run's builds is stopped and its point pruned. In a 4096 fp32 study on the H200
-# (16 cores, 1151 NVRTC builds in 120 s) the median build took 1.05 s, yet the 5% of
-# builds past 3.6 s took 16% of all build time (up to 27 s: TILE_K 64 kernels), and
-# none of them came within 5% of the study's best.
-BUILD_BUDGET_FLOOR_S = 2.0  # a build is never stopped sooner
-BUILD_BUDGET_AFTER = 20  # builds of this run needed before the budget applies
 BUDGET_SCOPES = ("run", "study")
 PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
 
@@ -106,7 +107,7 @@ class TuneConfig:
     ask_ahead: int = -1
     step_values: bool = False
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
-    build_budget: float = 4.0  # stop builds past this times the median build (0: never)
+    build_budget: float = BUILD_BUDGET  # stop builds past this times the median (0: never)
     apply_workers: int = 0  # applications at once; 0: 1 (reference) or --llm-concurrency
     executor: str = "auto"  # local, ray, or auto: ray with several GPUs or a Ray address
     ray_address: str | None = None
