@@ -27,7 +27,7 @@ from typing import Any
 from peak_tune.backends import make_backend
 from peak_tune.backends.base import Artifact
 from peak_tune.core import Outcome, ProblemSize, Status
-from peak_tune.errors import EvaluationError, InvalidPoint, UserError
+from peak_tune.errors import BuildOverBudget, EvaluationError, InvalidPoint, UserError
 from peak_tune.executors.base import EvalJob, JobTimes, busy_by_worker
 from peak_tune.pipeline import Pipeline, PipelineSetup, evaluate_built, outcome_of_error
 
@@ -129,7 +129,9 @@ class DeviceWorker:
                      self.backend.compile(job.context, values, self.setup.dtype, self.build_dir,
                                           job.build_limit_s))
         except (InvalidPoint, EvaluationError) as exc:
-            return WorkerReply([outcome_of_error(exc)] * len(job.sizes), True, self.label,
+            # the compiler ran unless the point was refused before it (resources)
+            ran = isinstance(exc, (BuildOverBudget, EvaluationError))
+            return WorkerReply([outcome_of_error(exc)] * len(job.sizes), ran, self.label,
                                time.perf_counter() - arrived)
         build_s = shipped.build_s if shipped is not None else time.perf_counter() - arrived
         if isinstance(built, Outcome):
