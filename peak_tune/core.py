@@ -69,7 +69,9 @@ class ArgSpec:
     kind: str  # "buffer" | "scalar"
     shape: tuple[str, ...] = ()  # expressions in the size symbols (buffers)
     intent: str = "in"  # "in" | "out" | "inout" (buffers)
-    init: str = "uniform"  # initialiser for inputs: "uniform" (-1, 1) | "normal" | "zeros"
+    # initialiser for inputs: "uniform" (signed, magnitudes spread over binary orders:
+    # peak_tune.harness.values) | "normal" | "zeros" | "ones"
+    init: str = "uniform"
     value: str = ""  # expression in the size symbols (scalars)
 
 
@@ -94,6 +96,10 @@ class KernelSpec:
     # backend -> launch expressions in the size symbols (GPU: grid_x, block_x, shared_bytes...)
     launch: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     folder: str = ""  # where it was loaded from (for messages)
+    # side -> input the reference is linear in: "right" = "B" means ref(B := B @ v) is
+    # ref @ v for a vector v over the output's last axis, "left" = "A" that ref(A := u @ A)
+    # is u @ ref over its second-to-last; timed runs are then checked by projections
+    projection: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,10 @@ class Outcome:
     detail: str = ""
     cached: bool = False
     transient: bool = False  # true of this run only (a build budget): never cached
+    # the timing's spread stayed past the threshold after re-measuring
+    # (peak_tune.harness.noise): shown as noisy, never cached as final
+    noisy: bool = False
+    remeasured: int = 0  # timings after the first (a noisy first timing is measured again)
 
     @property
     def gflops(self) -> float:

@@ -35,6 +35,7 @@ from peak_tune.errors import (
     WrongResult,
 )
 from peak_tune.expr import evaluate_bool, evaluate_int
+from peak_tune.harness.noise import NoisePolicy, measure_steadily, timing_spread
 from peak_tune.validation import applicable_sizes, require_size_constraints
 
 __all__ = ["Pipeline", "PipelineSetup", "check_sequence", "evaluate_built", "make_request",
@@ -85,6 +86,7 @@ class PipelineSetup:
     transformations: Mapping[str, Transformation]
     eval_config: EvalConfig
     samples: int = 1  # independent applications tried per step (see Pipeline.apply_step)
+    noise: NoisePolicy = NoisePolicy()  # when a timing is measured again, and flagged
 
 
 class Pipeline:
@@ -242,6 +244,12 @@ class Pipeline:
             self._fingerprint, self._spec_identity,
         )
 
+    def vendor_key(self, size: ProblemSize) -> str:
+        """The cache key of the vendor's timings at `size` (harness.vendor.VendorStore):
+        what decides them, as for a kernel's evaluation (device, compiler, harness)."""
+        return stable_hash(["vendor", size.as_dict(), self.setup.dtype, self._fingerprint,
+                            self._spec_identity])
+
     def check_point(
         self, context: KernelContext, params: Mapping[str, int], size: ProblemSize
     ) -> None:
@@ -262,8 +270,9 @@ class Pipeline:
     def store(self, context: KernelContext, params: Mapping[str, int], size: ProblemSize,
               outcome: Outcome) -> None:
         """Keep an outcome in the cache (the driver writes it for Ray workers too); a
-        transient one (a build stopped at the study's budget) is not kept."""
-        if not outcome.transient:
+        transient one (a build stopped at the study's budget) or a noisy one (its timing
+        still spread after re-measuring) is not kept: the next run measures it again."""
+        if not outcome.transient and not outcome.noisy:
             self.cache.put_evaluation(self._key(context, params, size), outcome)
 
     def _evaluate_uncached(
@@ -295,12 +304,20 @@ def make_request(setup: PipelineSetup, context: KernelContext, values: Mapping[s
 def evaluate_built(backend: Backend, setup: PipelineSetup, built: Artifact,
                    context: KernelContext, values: Mapping[str, int], size: ProblemSize,
                    slow_cutoff_ms: float) -> Outcome:
-    """Validate and time a built variant; the kernel's failures become Outcomes."""
+    """Validate and time a built variant; the kernel's failures become Outcomes.
+
+    A noisy timing is measured again (setup.noise); one still noisy is flagged."""
     try:
         request = make_request(setup, context, values, size, slow_cutoff_ms)
-        return Outcome(Status.OK, measurement=backend.evaluate(built, request))
+        steady = measure_steadily(lambda: backend.evaluate(built, request), setup.noise)
     except (InvalidPoint, EvaluationError) as exc:
         return outcome_of_error(exc)
+    if steady.remeasured:
+        log.info("%s at %s: timed %d times (spread %.0f%%)%s", context.content_hash()[:12],
+                 size.label(), steady.remeasured + 1,
+                 100 * timing_spread(steady.measurement), ", still noisy" if steady.noisy else "")
+    return Outcome(Status.OK, measurement=steady.measurement, noisy=steady.noisy,
+                   remeasured=steady.remeasured)
 
 
 def outcome_of_error(exc: InvalidPoint | EvaluationError) -> Outcome:

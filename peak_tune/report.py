@@ -56,26 +56,45 @@ class ProgressView:
         )
 
 
-def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str], int]:
-    """Trials by state, by outcome, and how many were stopped at the build budget."""
+def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str], Counter[str]]:
+    """Trials by state, by outcome, and by note: stopped at the build budget, noisy
+    (their timing stayed spread after re-measuring), re-measured timings."""
     states: Counter[str] = Counter()
     outcomes: Counter[str] = Counter({label: 0 for label in _STATUS_LABELS.values()})
-    over_budget = 0
+    notes: Counter[str] = Counter({"over_budget": 0, "noisy": 0, "remeasured": 0})
     for t in study.get_trials(deepcopy=False):
         states[t.state.name] += 1
         status = t.user_attrs.get("status")
         if status:
             outcomes[_LABEL_BY_VALUE.get(status, status)] += 1
-        over_budget += str(t.user_attrs.get("message", "")).startswith(OVER_BUDGET)
-    return states, outcomes, over_budget
+        notes["over_budget"] += str(t.user_attrs.get("message", "")).startswith(OVER_BUDGET)
+        notes["noisy"] += bool(t.user_attrs.get("noisy"))
+        notes["remeasured"] += int(t.user_attrs.get("remeasured", 0))
+    return states, outcomes, notes
+
+
+def _vendor(session: TuneSession) -> dict[str, Any]:
+    """The vendor's figure and how stable it was, per size (harness.vendor)."""
+    figures = session.vendor_figures
+    names = [f.name for f in figures.values()]
+    by_size = {label: f.stability(since=session.started_at) for label, f in figures.items()}
+    return {
+        "name": names[0] if names else "",
+        "gflops": session.vendor_gflops(),
+        "gflops_by_size": {k: m.gflops for k, (_, m) in session.vendor.items()},
+        "timings": sum(s["timings"] for s in by_size.values()),
+        "timings_this_run": sum(s["this_run"] for s in by_size.values()),
+        "noisy": any(s["noisy"] for s in by_size.values()),
+        "by_size": by_size,
+    }
 
 
 def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
     """The machine-readable summary (the `--json` line)."""
     best = session.best_trial()
-    states, outcomes, over_budget = _counts(session.study)
-    vendor_name = next(iter(session.vendor.values()))[0] if session.vendor else ""
-    vendor_gflops = session.vendor_gflops()
+    states, outcomes, notes = _counts(session.study)
+    vendor = _vendor(session)
+    vendor_gflops = vendor["gflops"]
     best_gflops = best.values[0] if best else 0.0
     counters = session.cache.counters
     return {
@@ -93,12 +112,9 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "context_hash": best.user_attrs.get("context_hash", "") if best else "",
             "trial": best.number if best else None,
             "gflops_by_size": best.user_attrs.get("gflops", {}) if best else {},
+            "noisy": bool(best.user_attrs.get("noisy")) if best else False,
         },
-        "vendor": {
-            "name": vendor_name,
-            "gflops": vendor_gflops,
-            "gflops_by_size": {k: m.gflops for k, (_, m) in session.vendor.items()},
-        },
+        "vendor": vendor,
         "ratio": best_gflops / vendor_gflops if vendor_gflops else None,
         "trials": {
             # run to an end: trials enqueued but never started (a new study's first
@@ -108,7 +124,9 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "pruned": states["PRUNED"],
             "failed": states["FAIL"],
             "by_outcome": dict(outcomes),
-            "over_build_budget": over_budget,  # of the invalid ones (pruned)
+            "over_build_budget": notes["over_budget"],  # of the invalid ones (pruned)
+            "noisy": notes["noisy"],  # of the complete ones: flagged, not cached
+            "remeasured": notes["remeasured"],  # timings measured again for their spread
         },
         "executor": {
             "name": session.executor.name,
@@ -142,10 +160,13 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     console = Console(stderr=to_stderr, highlight=False, file=sys.stderr if to_stderr else None)
     best, vendor = data["best"], data["vendor"]
     table = Table(title=f"peak-tune: {data['study']}", show_header=False, title_justify="left")
-    table.add_row("best", f"{best['gflops']:.2f} GFLOP/s (trial {best['trial']})")
+    noisy_best = ", noisy: its timing stayed spread" if best.get("noisy") else ""
+    table.add_row("best", f"{best['gflops']:.2f} GFLOP/s (trial {best['trial']}{noisy_best})")
     table.add_row("sequence", " > ".join(best["sequence"]) or "(seed)")
     table.add_row("parameters", ", ".join(f"{k}={v}" for k, v in best["params"].items()) or "-")
-    table.add_row("vendor", f"{vendor['gflops']:.2f} GFLOP/s ({vendor['name']}, this run)")
+    table.add_row("vendor", f"{vendor['gflops']:.2f} GFLOP/s ({vendor['name']})")
+    for label, stability in vendor.get("by_size", {}).items():
+        table.add_row(f"vendor {label}", _stability_line(stability))
     ratio = data["ratio"]
     table.add_row("ratio", f"{ratio:.3f}x vendor" if ratio is not None else "-")
     trials = data["trials"]
@@ -155,6 +176,9 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     if trials["over_build_budget"]:
         outcomes += f" ({trials['over_build_budget']} of the invalid: over the build budget)"
     table.add_row("by outcome", outcomes)
+    if trials.get("noisy") or trials.get("remeasured"):
+        table.add_row("noise", f"{trials['noisy']} trials noisy (flagged, not cached), "
+                      f"{trials['remeasured']} timings measured again for their spread")
     cache = data["cache"]
     table.add_row("cache", f"{cache['hits']} hits, {cache['misses']} misses, "
                   f"{cache['compiles']} compiles")
@@ -167,3 +191,13 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     table.add_row("storage", data["storage"])
     table.add_row("time", f"{data['seconds']:.1f} s")
     console.print(table)
+
+
+def _stability_line(stability: dict[str, Any]) -> str:
+    """How stable the vendor was at one size, in one line."""
+    noisy = stability["noisy_timings"]
+    return (f"median of {stability['timings']} timings ({stability['this_run']} this run"
+            f"{f', {noisy} noisy' if noisy else ''}): min {stability['min_gflops']:.2f} / "
+            f"median {stability['median_gflops']:.2f} / max {stability['max_gflops']:.2f} "
+            f"GFLOP/s, spread {100 * stability['spread']:.1f}% between timings"
+            f"{' (NOISY)' if stability['noisy'] else ''}")

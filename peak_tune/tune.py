@@ -43,6 +43,17 @@ from peak_tune.catalog.resolve import Catalog
 from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Status
 from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
 from peak_tune.executors import EvalJob, Executor, LocalExecutor, choose_executor
+from peak_tune.harness.noise import measure_steadily
+from peak_tune.harness.vendor import (
+    VENDOR_ATTR,
+    VendorClock,
+    VendorFigure,
+    VendorStore,
+    VendorTiming,
+    figures_from_json,
+    load_average,
+    settle_own_processes,
+)
 from peak_tune.pipeline import Pipeline, PipelineSetup
 from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES, AskAhead
 from peak_tune.search.focus import FixedFirst
@@ -292,7 +303,10 @@ class TuneSession:
         except BaseException:
             self._abandon()  # a refusal (e.g. a study made for another size) is one line
             raise
-        self.vendor: dict[str, tuple[str, Measurement]] = {}
+        self.vendor: dict[str, tuple[str, Measurement]] = {}  # size -> its chosen timing
+        self.vendor_figures: dict[str, VendorFigure] = {}  # size -> every timing
+        self.vendor_clock = VendorClock()
+        self.started_at = time.time()
         self._journal = LLMJournal(self.cache)
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
         # where the trial loop's own thread spent its time: a study whose driver mostly
@@ -495,14 +509,86 @@ class TuneSession:
     # ------------------------------------------------------------------- vendor
 
     def measure_vendor(self) -> None:
-        """Time the vendor library at every size, in this run, by the backend's timer."""
+        """The vendor's figure at every size (peak_tune.harness.vendor): the study's own
+        timings (a resumed study), else the cache's (an earlier run on this fingerprint:
+        a run answered by the cache reports that run's ratio), else timed now by the
+        backend's timer, once this run's helper processes have settled. The run times it
+        again between trials (`retime_vendor_if_due`)."""
+        held = figures_from_json(self.study.user_attrs.get(VENDOR_ATTR))
+        store = VendorStore(self.cache.folder)
         for size in self.sizes:
-            self.vendor[size.label()] = self.backend.time_vendor(
-                self.spec, self.config.dtype, size, self.config.eval_config
-            )
+            label = size.label()
+            known = held.get(label) or store.load(self.pipeline.vendor_key(size))
+            if known is not None:
+                self.vendor_figures[label] = known
+        missing = [s for s in self.sizes if s.label() not in self.vendor_figures]
+        if missing:
+            settle_own_processes()
+            self._time_vendor(missing, "start")
+        else:
+            self._publish_vendor()
 
     def vendor_gflops(self) -> float:
         return geometric_mean([m.gflops for _, m in self.vendor.values()])
+
+    def retime_vendor_if_due(self, trial: optuna.Trial, record: TrialRecord) -> None:
+        """After a trial is told: time the vendor again when the schedule says so (every
+        so many timed trials or seconds, or the run's conditions changed)."""
+        ran = record.status in (Status.OK, Status.WRONG_RESULT, Status.RUNTIME_ERROR,
+                                Status.TIMEOUT)
+        self.vendor_clock.saw_trial(ran and not record.cached,
+                                    bool(trial.user_attrs.get("noisy")))
+        reason = self.vendor_clock.due()
+        if reason is None or not self.vendor_figures:
+            return
+        try:
+            self._time_vendor(self.sizes, reason)
+        except EvaluationError as exc:  # the figure so far stands; the next one may do
+            log.warning("timing the vendor again (%s) failed: %s", reason, exc)
+            self.vendor_clock.timed_vendor()
+
+    def _time_vendor(self, sizes: list[ProblemSize], reason: str) -> None:
+        """Time the vendor at `sizes` (a noisy timing again, see harness.noise); keep
+        the timing in the study, and its steady figure in the cache."""
+        store = VendorStore(self.cache.folder)
+        for size in sizes:
+            name, timing = self._vendor_timing(size, reason)
+            label = size.label()
+            figure = self.vendor_figures.get(label, VendorFigure(name))
+            self.vendor_figures[label] = figure = figure.adding(timing, name)
+            log.info("vendor at %s (%s): %.2f GFLOP/s, figure %.2f over %d timings%s",
+                     label, reason, timing.gflops, figure.gflops, len(figure.timings),
+                     " (noisy)" if timing.noisy else "")
+            if not timing.noisy:
+                store.save(self.pipeline.vendor_key(size), figure.steady_part())
+        self.vendor_clock.timed_vendor()
+        self._publish_vendor()
+
+    def _vendor_timing(self, size: ProblemSize, reason: str) -> tuple[str, VendorTiming]:
+        """(vendor name, the steadiest of its timings at `size`)."""
+        names: list[str] = []
+
+        def once() -> Measurement:
+            name, measurement = self.backend.time_vendor(
+                self.spec, self.config.dtype, size, self.config.eval_config)
+            names.append(name)
+            return measurement
+
+        steady = measure_steadily(once, self.pipeline.setup.noise)
+        return names[-1], VendorTiming(
+            steady.measurement.samples_ms, steady.measurement.flops, time.time(),
+            load_average(), reason, steady.noisy, steady.remeasured)
+
+    def _publish_vendor(self) -> None:
+        """The chosen timing per size for the summary and progress; the figures into the
+        study."""
+        self.vendor = {}
+        for label, figure in self.vendor_figures.items():
+            chosen = figure.chosen()
+            if chosen is not None:
+                self.vendor[label] = (figure.name, chosen.measurement)
+        self.mirror.set_user_attr(VENDOR_ATTR, {label: f.to_json() for label, f
+                                                in self.vendor_figures.items()})
 
     # ------------------------------------------------------------------- trials
 
@@ -537,6 +623,7 @@ class TuneSession:
                 record = self._finish(item)
                 told = time.perf_counter()
                 self._tell(item.trial, record)
+                self.retime_vendor_if_due(item.trial, record)
                 self._offer_to_polisher(item, record)
                 clock["waiting"] += told - began
                 clock["telling"] += time.perf_counter() - told
@@ -734,6 +821,9 @@ class TuneSession:
             self.sizes, outcomes, strict=True)})
         item.trial.set_user_attr("spread", max(o.measurement.spread for o in outcomes
                                                if o.measurement))
+        item.trial.set_user_attr("noisy", any(o.noisy for o in outcomes))  # not cached
+        if any(o.remeasured for o in outcomes):
+            item.trial.set_user_attr("remeasured", sum(o.remeasured for o in outcomes))
         return ended(Status.OK, gflops=geometric_mean([o.gflops for o in outcomes]),
                      cached=all(o.cached for o in outcomes))
 

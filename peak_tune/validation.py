@@ -1,21 +1,33 @@
-"""Backend-neutral validation on the host: inputs, guard regions, the float64 reference.
+"""Backend-neutral validation: inputs, guard regions, the float64 reference, the checks.
 
 A `Problem` holds one set of inputs and outputs for a KernelSpec at a ProblemSize and
-dtype. Every buffer lives inside a larger allocation whose first and last
-`GUARD_ELEMENTS` elements hold a sentinel bit pattern; the kernel gets the inner part.
-Outputs are poisoned with NaN before each run and inputs are kept as copies, so a check
-after the run can tell a stray write, a changed input, an unwritten output and a wrong
-value apart, each with a one-line message a user understands.
+dtype. Every buffer lives inside a larger allocation whose first and last guard bytes
+(`GUARD_BYTES`, a page or more) hold a fill the kernel must not change: NaN around the
+inputs, so that a read past an input poisons the result, and a sentinel pattern around the
+outputs. Inputs are signed values spread over magnitudes from a seed the kernel cannot
+guess (peak_tune.harness.values); outputs are poisoned with random values before each
+run, and an element still equal to its poison was not written. Inputs are kept as copies,
+so a check after the run can tell a stray write, a changed input, an unwritten output and
+a wrong value apart, each with a one-line message a user understands.
 
-GPU backends copy `Problem.arrays()` to the device and back and call `check_outputs`;
-host backends (C) pass pointers to the inner arrays directly.
+Two checks: `check_outputs` compares every element with the float64 reference; when the
+spec declares its reference linear in an input (`projection`), `check_projected` compares
+random projections of the output (C v against A (B v), u C against (u A) B) in O(n^2),
+which is what makes checking every timed run affordable. Its bound is statistical: the
+per-element tolerance over the root-sum-square of the projected terms, so arithmetic
+that is wrong by more than the tolerance in most elements (TF32, fp16 accumulation,
+skipped work) fails it as it fails the full check.
+
+The allowed error per element is `tolerance * error_scale + ulp(dtype) * |reference|`:
+the first term bounds accumulation in the dtype's precision in any summation order, the
+second the final rounding to the output type.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,27 +35,35 @@ import numpy as np
 from peak_tune.core import ArgSpec, KernelContext, KernelSpec, ProblemSize
 from peak_tune.errors import CatalogError, InvalidPoint, UserError, WrongResult
 from peak_tune.expr import evaluate, evaluate_bool, evaluate_int
+from peak_tune.harness.values import float_format, random_poison, spread_values
 
 __all__ = [
-    "GUARD_ELEMENTS",
+    "GUARD_BYTES",
     "Expected",
     "GuardedBuffer",
     "OutOfBounds",
     "Problem",
+    "Projection",
     "applicable_sizes",
     "check_outputs",
+    "check_memory",
+    "check_projected",
     "compute_expected",
     "make_problem",
+    "guard_elements",
     "numpy_dtype",
+    "project_expected",
+    "projectable",
     "require_size_constraints",
     "size_label",
-    "validate_host",
+    "storage_bytes",
 ]
 
 _log = logging.getLogger(__name__)
 
-GUARD_ELEMENTS = 1024  # elements of sentinel before and after every buffer
-_SENTINEL_BYTE = 0xA5  # the guard bit pattern, byte by byte
+GUARD_BYTES = 64 << 10  # guard bytes before and after every buffer: 16 pages
+_SENTINEL_BYTE = 0xA5  # the output guards' bit pattern, byte by byte
+_INPUT_PAD_BYTE = 0xFF  # the input guards': 0xFF..FF is a NaN in every float type
 _ABS_FLOOR = 1e-30  # absolute tolerance added to the relative one (scale 0 stays checkable)
 _DTYPES: dict[str, type[np.floating[Any]]] = {
     "float16": np.float16,
@@ -52,11 +72,18 @@ _DTYPES: dict[str, type[np.floating[Any]]] = {
 }
 _INITIALISERS = ("uniform", "normal", "zeros", "ones")
 
+Allocate = Callable[[int], np.ndarray]  # bytes -> a writable 1-D uint8 array of that size
+
 
 class OutOfBounds(WrongResult):
     """The kernel wrote into a guard region: the process's memory may be corrupt."""
 
     taints_process = True
+
+
+def guard_elements(itemsize: int) -> int:
+    """Elements of guard before and after a buffer of this element size."""
+    return GUARD_BYTES // itemsize
 
 
 def numpy_dtype(dtype: str) -> np.dtype[Any]:
@@ -111,24 +138,41 @@ class GuardedBuffer:
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
+    def guard(self) -> int:
+        return guard_elements(self.storage.itemsize)
+
+    @property
     def array(self) -> np.ndarray:
         """The inner part the kernel sees, C-contiguous, shaped."""
-        return self.storage[GUARD_ELEMENTS : GUARD_ELEMENTS + self.count].reshape(self.shape)
+        return self.storage[self.guard : self.guard + self.count].reshape(self.shape)
+
+    @property
+    def fill_byte(self) -> int:
+        return _INPUT_PAD_BYTE if self.arg.intent == "in" else _SENTINEL_BYTE
+
+    def fill_guards(self) -> None:
+        raw = self.storage.view(np.uint8)
+        guard_bytes = self.guard * self.storage.itemsize
+        raw[:guard_bytes] = self.fill_byte
+        raw[raw.size - guard_bytes :] = self.fill_byte
 
     def guard_hit(self) -> str | None:
-        """"before" or "after" if that guard no longer holds the sentinel, else None."""
+        """"before" or "after" if that guard no longer holds its fill, else None."""
         raw = self.storage.view(np.uint8)
-        guard_bytes = GUARD_ELEMENTS * self.storage.itemsize
-        if np.any(raw[:guard_bytes] != _SENTINEL_BYTE):
+        guard_bytes = self.guard * self.storage.itemsize
+        if np.any(raw[:guard_bytes] != self.fill_byte):
             return "before"
-        if np.any(raw[raw.size - guard_bytes :] != _SENTINEL_BYTE):
+        if np.any(raw[raw.size - guard_bytes :] != self.fill_byte):
             return "after"
         return None
 
 
 @dataclass(frozen=True)
 class Problem:
-    """Inputs and outputs of one run of a kernel, with copies of what was passed in."""
+    """Inputs and outputs of one run of a kernel, with copies of what was passed in.
+
+    `refill` gives the same buffers new inputs and new poison (the next timed run);
+    `poison` holds what each output was poisoned with before the run."""
 
     spec: KernelSpec
     size: ProblemSize
@@ -137,6 +181,7 @@ class Problem:
     scalars: Mapping[str, int]
     originals: Mapping[str, np.ndarray]  # inputs (in, inout) as first given to the kernel
     seed: int | None = None  # the inputs are a function of it (see compute_expected)
+    poison: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -159,60 +204,93 @@ class Problem:
         return [arrays[a.name] if a.kind == "buffer" else self.scalars[a.name]
                 for a in self.spec.args]
 
-    def poison_outputs(self) -> None:
-        """Fill outputs with NaN (inout buffers get their original values back)."""
+    def poison_outputs(self, rng: np.random.Generator | None = None) -> None:
+        """Fill outputs with random values (inout buffers get their original values back);
+        the values are kept in `poison` to tell unwritten elements."""
+        rng = rng if rng is not None else np.random.default_rng(self.seed)
         for buffer in self.outputs:
             if buffer.arg.intent == "inout":
                 buffer.array[...] = self.originals[buffer.arg.name]
-            else:
-                buffer.array.fill(np.nan)
+                continue
+            values = random_poison(rng, buffer.count, buffer.storage.dtype)
+            buffer.array[...] = values.reshape(buffer.shape)
+            self.poison[buffer.arg.name] = buffer.array.copy()
+
+    def refill(self, seed: int) -> Problem:
+        """The same buffers with new inputs from `seed` and fresh poison."""
+        return _fill(self.spec, self.size, self.dtype, seed, self.buffers, self.scalars)
 
 
-def make_problem(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int) -> Problem:
-    """Fresh random inputs (from `seed`), NaN-poisoned outputs, sentinel guards."""
+def make_problem(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int,
+                 allocate: Allocate | None = None) -> Problem:
+    """Fresh inputs (from `seed`), poisoned outputs, filled guards; `allocate` gives the
+    storage of each buffer (default: ordinary memory)."""
     np_dtype = numpy_dtype(dtype)
-    rng = np.random.default_rng(seed)
     sizes = size.as_dict()
     buffers: list[GuardedBuffer] = []
     scalars: dict[str, int] = {}
-    originals: dict[str, np.ndarray] = {}
     for arg in spec.args:
         if arg.kind == "scalar":
             scalars[arg.name] = evaluate_int(arg.value, sizes)
             continue
-        buffer = _allocate(spec, arg, sizes, np_dtype)
-        if arg.intent in ("in", "inout"):
-            buffer.array[...] = _initial_values(spec, arg, buffer.shape, rng)
-            originals[arg.name] = buffer.array.copy()
+        buffer = _allocate(spec, arg, sizes, np_dtype, allocate)
+        buffer.fill_guards()
         buffers.append(buffer)
-    problem = Problem(spec, size, dtype, tuple(buffers), scalars, originals, seed)
-    problem.poison_outputs()
+    return _fill(spec, size, dtype, seed, tuple(buffers), scalars)
+
+
+def _fill(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int,
+          buffers: tuple[GuardedBuffer, ...], scalars: Mapping[str, int]) -> Problem:
+    rng = np.random.default_rng(seed)
+    originals: dict[str, np.ndarray] = {}
+    for buffer in buffers:
+        if buffer.arg.intent in ("in", "inout"):
+            values = _initial_values(spec, buffer.arg, buffer.shape, buffer.storage.dtype, rng)
+            buffer.array[...] = values
+            originals[buffer.arg.name] = values
+    problem = Problem(spec, size, dtype, buffers, dict(scalars), originals, seed)
+    problem.poison_outputs(rng)
     return problem
 
 
+def storage_bytes(spec: KernelSpec, size: ProblemSize, dtype: str) -> list[int]:
+    """Bytes of each buffer's guarded storage, in the spec's order."""
+    itemsize = numpy_dtype(dtype).itemsize
+    sizes = size.as_dict()
+    found = []
+    for arg in spec.args:
+        if arg.kind == "buffer":
+            count = int(np.prod([evaluate_int(e, sizes) for e in arg.shape], dtype=np.int64))
+            found.append((count + 2 * guard_elements(itemsize)) * itemsize)
+    return found
+
+
 def _allocate(
-    spec: KernelSpec, arg: ArgSpec, sizes: Mapping[str, int], np_dtype: np.dtype[Any]
+    spec: KernelSpec, arg: ArgSpec, sizes: Mapping[str, int], np_dtype: np.dtype[Any],
+    allocate: Allocate | None,
 ) -> GuardedBuffer:
     shape = tuple(evaluate_int(expr, sizes) for expr in arg.shape)
     if any(extent < 0 for extent in shape):
         raise CatalogError(spec.folder or spec.name, f"args.{arg.name}.shape",
                            f"negative extent {shape} at sizes {sizes}")
     count = int(np.prod(shape, dtype=np.int64))
-    raw = np.full((count + 2 * GUARD_ELEMENTS) * np_dtype.itemsize, _SENTINEL_BYTE, np.uint8)
+    nbytes = (count + 2 * guard_elements(np_dtype.itemsize)) * np_dtype.itemsize
+    raw = allocate(nbytes) if allocate is not None else np.empty(nbytes, np.uint8)
     return GuardedBuffer(arg, raw.view(np_dtype), shape)
 
 
 def _initial_values(
-    spec: KernelSpec, arg: ArgSpec, shape: tuple[int, ...], rng: np.random.Generator
+    spec: KernelSpec, arg: ArgSpec, shape: tuple[int, ...], np_dtype: np.dtype[Any],
+    rng: np.random.Generator,
 ) -> np.ndarray:
     if arg.init == "uniform":
-        return rng.uniform(-1.0, 1.0, shape)
+        return spread_values(rng, shape, np_dtype)
     if arg.init == "normal":
-        return rng.standard_normal(shape)
+        return rng.standard_normal(shape).astype(np_dtype)
     if arg.init == "zeros":
-        return np.zeros(shape)
+        return np.zeros(shape, np_dtype)
     if arg.init == "ones":
-        return np.ones(shape)
+        return np.ones(shape, np_dtype)
     raise CatalogError(spec.folder or spec.name, f"args.{arg.name}.init",
                        f"unknown initialiser {arg.init!r}; expected one of {_INITIALISERS}")
 
@@ -229,59 +307,31 @@ class Expected:
         return sum(a.nbytes for a in (*self.values.values(), *self.bounds.values()))
 
 
-class _Memo:
-    """Recent references by (spec, size, dtype, seed), up to a byte budget: every
-    evaluation in a worker uses the same seeds, so the float64 reference (seconds at
-    4096 on the host) is computed once per size instead of once per variant. The
-    inputs are still fresh buffers each check, and a kernel cannot know its seed."""
-
-    def __init__(self, budget_bytes: int = 2 << 30) -> None:
-        self.budget_bytes = budget_bytes
-        self.entries: dict[tuple[Any, ...], Expected] = {}
-
-    def get(self, key: tuple[Any, ...]) -> Expected | None:
-        found = self.entries.pop(key, None)
-        if found is not None:
-            self.entries[key] = found  # most recent last
-        return found
-
-    def put(self, key: tuple[Any, ...], expected: Expected) -> None:
-        self.entries[key] = expected
-        while len(self.entries) > 1 and sum(e.nbytes for e in self.entries.values()) > \
-                self.budget_bytes:
-            self.entries.pop(next(iter(self.entries)))
-
-
-_MEMO = _Memo()
-
-
 def compute_expected(problem: Problem) -> Expected:
-    """spec.reference and spec.error_scale in float64 over the inputs (memoised by seed)."""
+    """spec.reference and the allowed error per element, in float64 over the inputs."""
     spec = problem.spec
-    key = (spec.name, spec.args, spec.reference, spec.error_scale, problem.size.values,
-           problem.dtype, problem.seed, tuple(spec.tolerances.items()))
-    if problem.seed is not None:
-        found = _MEMO.get(key)
-        if found is not None:
-            return found
-    expected = _compute_expected(problem)
-    if problem.seed is not None:
-        _MEMO.put(key, expected)
-    return expected
+    tolerance = _tolerance(problem)
+    names = _reference_names(problem)
+    values = _per_output(problem, "reference", evaluate(spec.reference, names))
+    scales = _per_output(problem, "error_scale", evaluate(spec.error_scale, names))
+    epsilon = float_format(numpy_dtype(problem.dtype)).epsilon
+    bounds = {n: tolerance * np.abs(s) + epsilon * np.abs(values[n]) + _ABS_FLOOR
+              for n, s in scales.items()}
+    return Expected(values, bounds)
 
 
-def _compute_expected(problem: Problem) -> Expected:
+def _tolerance(problem: Problem) -> float:
     spec = problem.spec
     if problem.dtype not in spec.tolerances:
         raise CatalogError(spec.folder or spec.name, "tolerance",
                            f"no tolerance for {problem.dtype}")
-    tolerance = float(spec.tolerances[problem.dtype])
+    return float(spec.tolerances[problem.dtype])
+
+
+def _reference_names(problem: Problem) -> dict[str, Any]:
     names: dict[str, Any] = {**problem.size.as_dict(), **problem.scalars}
     names.update({n: a.astype(np.float64) for n, a in problem.originals.items()})
-    values = _per_output(problem, "reference", evaluate(spec.reference, names))
-    scales = _per_output(problem, "error_scale", evaluate(spec.error_scale, names))
-    bounds = {n: tolerance * np.abs(s) + _ABS_FLOOR for n, s in scales.items()}
-    return Expected(values, bounds)
+    return names
 
 
 def _per_output(problem: Problem, field: str, result: Any) -> dict[str, np.ndarray]:
@@ -300,6 +350,14 @@ def _per_output(problem: Problem, field: str, result: Any) -> dict[str, np.ndarr
 
 def check_outputs(problem: Problem, expected: Expected) -> None:
     """Raise WrongResult (OutOfBounds for guard hits) unless the run was correct."""
+    check_memory(problem)
+    for buffer in problem.outputs:
+        _check_output(buffer, expected, problem.label, problem.poison.get(buffer.arg.name))
+
+
+def check_memory(problem: Problem) -> None:
+    """Guards intact and inputs unchanged (outputs are judged by value: an element left
+    holding its poison is wrong, and named so, see _check_output)."""
     at = problem.label
     for buffer in problem.buffers:
         side = buffer.guard_hit()
@@ -311,24 +369,33 @@ def check_outputs(problem: Problem, expected: Expected) -> None:
             original = problem.originals[buffer.arg.name]
             if not np.array_equal(buffer.array.view(np.uint8), original.view(np.uint8)):
                 raise WrongResult(f"input {buffer.arg.name} changed by the kernel at {at}")
-    for buffer in problem.outputs:
-        _check_output(buffer, expected, at)
 
 
-def _check_output(buffer: GuardedBuffer, expected: Expected, at: str) -> None:
+def _unwritten(buffer: GuardedBuffer, poison: np.ndarray | None, off: np.ndarray) -> str:
+    """A message if every element off still holds its poison, else ""."""
+    if poison is None:
+        return ""
+    kind = f"u{buffer.storage.itemsize}"
+    left = (buffer.array.view(kind) == poison.view(kind)) & off
+    if int(left.sum()) != int(off.sum()):
+        return ""
+    first = _index(buffer.arg.name, np.unravel_index(int(np.argmax(left)), left.shape))
+    return (f"output {buffer.arg.name} not written (poison left) at {{at}}: "
+            f"{int(left.sum())} of {left.size} elements, first {first}")
+
+
+def _check_output(buffer: GuardedBuffer, expected: Expected, at: str,
+                  poison: np.ndarray | None = None) -> None:
     name = buffer.arg.name
     out = buffer.array.astype(np.float64)
-    unwritten = np.isnan(out)
-    if unwritten.any():
-        first = _index(name, np.unravel_index(int(np.argmax(unwritten)), out.shape))
-        count = int(unwritten.sum())
-        raise WrongResult(f"output {name} not written (NaN left) at {at}: "
-                          f"{count} of {out.size} elements, first {first}")
     error = np.abs(out - expected.values[name])
     bound = expected.bounds[name]
     off = ~(error <= bound)  # inf and nan errors count as off
     if not off.any():
         return
+    unwritten = _unwritten(buffer, poison, off)
+    if unwritten:
+        raise WrongResult(unwritten.format(at=at))
     ratio = np.where(off, error / bound, 0.0)
     ratio = np.nan_to_num(ratio, nan=np.inf)
     worst = np.unravel_index(int(np.argmax(ratio)), out.shape)
@@ -340,6 +407,97 @@ def _check_output(buffer: GuardedBuffer, expected: Expected, at: str) -> None:
               f"({float(ratio[worst]):.3g} x the allowed error)\n"
               f"first elements off: {_examples(name, out, expected.values[name], off)}")
     raise WrongResult(message, detail=detail)
+
+
+# ---------------------------------------------------------------- projections
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One random projection of a problem's output and what the reference gives for it.
+
+    side "right": `vector` runs over the output's last axis (C v); "left": over the
+    second-to-last (u C). `expected` is the reference's projection, `bound` the allowed
+    error of each projected element before the output-rounding term."""
+
+    output: str
+    side: str
+    vector: np.ndarray
+    expected: np.ndarray
+    bound: np.ndarray
+
+    def project(self, out: np.ndarray) -> np.ndarray:
+        if self.side == "right":
+            return out @ self.vector
+        return np.swapaxes(out, -1, -2) @ self.vector
+
+
+def projectable(spec: KernelSpec) -> bool:
+    """Whether the spec declares projections its outputs can be checked with."""
+    outputs = [a for a in spec.args if a.kind == "buffer" and a.intent != "in"]
+    return bool(spec.projection) and len(outputs) == 1 and len(outputs[0].shape) >= 2
+
+
+def project_expected(problem: Problem, seed: int) -> tuple[Projection, ...]:
+    """The reference's projections for `problem` (spec.projection: side -> input the
+    reference is linear in), with random +-1 vectors from `seed`. O(n^2) for matmul."""
+    spec = problem.spec
+    rng = np.random.default_rng(seed)
+    (output,) = problem.outputs
+    tolerance = _tolerance(problem)
+    names = _reference_names(problem)
+    found = []
+    for side, input_name in sorted(spec.projection.items()):
+        extent = output.shape[-1] if side == "right" else output.shape[-2]
+        vector = rng.choice(np.array([-1.0, 1.0]), extent)
+        ones = np.ones(extent)
+        data = names[input_name]
+        projected = dict(names)
+        projected[input_name] = _apply(side, data, vector)
+        expected = _squeeze(side, evaluate(spec.reference, projected))
+        projected[input_name] = _apply(side, np.abs(data), ones)
+        scale = _squeeze(side, evaluate(spec.error_scale, projected))
+        # root-sum-square of the per-element bounds, from their sum (all terms alike)
+        bound = tolerance * np.abs(scale) / np.sqrt(extent) + _ABS_FLOOR
+        found.append(Projection(output.arg.name, side, vector, expected, bound))
+    return tuple(found)
+
+
+def _apply(side: str, data: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    if side == "right":
+        return data @ vector[:, None]
+    return vector[None, :] @ data
+
+
+def _squeeze(side: str, value: Any) -> np.ndarray:
+    array = np.asarray(value, dtype=np.float64)
+    return array[..., 0] if side == "right" else array[..., 0, :]
+
+
+def check_projected(problem: Problem, projections: tuple[Projection, ...]) -> None:
+    """Raise WrongResult unless every projection of the output matches the reference's.
+    A failure is named element by element by the full check where that finds it."""
+    check_memory(problem)
+    epsilon = float_format(numpy_dtype(problem.dtype)).epsilon
+    for projection in projections:
+        out = problem.buffer(projection.output).array.astype(np.float64)
+        got = projection.project(out)
+        rounding = 2 * epsilon * np.sqrt(_sum_squares(projection.side, out))
+        error = np.abs(got - projection.expected)
+        off = ~(error <= projection.bound + rounding)
+        if off.any():
+            check_outputs(problem, compute_expected(problem))  # names the elements
+            ratio = np.nan_to_num(error / (projection.bound + rounding), nan=np.inf)
+            axis = "rows" if projection.side == "right" else "columns"
+            raise WrongResult(
+                f"wrong result at {problem.label}: {int(off.sum())} of {off.size} "
+                f"{axis} of {projection.output} off in a random projection "
+                f"(worst {float(ratio.max()):.3g} x the allowed error)")
+
+
+def _sum_squares(side: str, out: np.ndarray) -> np.ndarray:
+    squares = out * out
+    return squares.sum(axis=-1) if side == "right" else squares.sum(axis=-2)
 
 
 def _examples(name: str, out: np.ndarray, expected: np.ndarray, off: np.ndarray,
@@ -355,15 +513,3 @@ def _examples(name: str, out: np.ndarray, expected: np.ndarray, off: np.ndarray,
 
 def _index(name: str, index: tuple[Any, ...]) -> str:
     return f"{name}[{','.join(str(int(i)) for i in index)}]"
-
-
-def validate_host(
-    spec: KernelSpec, size: ProblemSize, dtype: str, seed: int,
-    run: Callable[[Problem], None],
-) -> None:
-    """One validation with host memory: fresh inputs, run, check (raises WrongResult)."""
-    problem = make_problem(spec, size, dtype, seed)
-    expected = compute_expected(problem)
-    run(problem)
-    check_outputs(problem, expected)
-    _log.debug("valid at %s (%s, seed %d)", problem.label, dtype, seed)

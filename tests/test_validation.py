@@ -11,13 +11,15 @@ from peak_tune.catalog.loaders import load_spec
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, UserError, WrongResult
 from peak_tune.validation import (
-    GUARD_ELEMENTS,
     OutOfBounds,
     Problem,
     applicable_sizes,
     check_outputs,
+    check_projected,
     compute_expected,
+    guard_elements,
     make_problem,
+    project_expected,
     require_size_constraints,
 )
 
@@ -41,9 +43,11 @@ def test_fresh_problem_is_poisoned_and_guarded(spec: KernelSpec) -> None:
     arrays = problem.arrays()
     assert arrays["A"].shape == (7, 9) and arrays["C"].shape == (7, 5)
     assert arrays["A"].dtype == np.float32 and arrays["A"].flags.c_contiguous
-    assert np.isnan(arrays["C"]).all()
-    assert np.abs(arrays["A"]).max() < 1.0
+    assert problem.poison["C"].shape == (7, 5)
+    magnitudes = np.abs(arrays["A"])
+    assert (arrays["A"] < 0).any() and magnitudes.min() >= 1 / 16 and magnitudes.max() < 16
     assert all(b.guard_hit() is None for b in problem.buffers)
+    assert np.isnan(problem.buffer("A").storage[: guard_elements(4)]).all()  # input pads
     assert problem.call_values()[3:] == [7, 5, 9]
     other = make_problem(spec, ODD, "float32", seed=2)
     assert not np.array_equal(arrays["A"], other.arrays()["A"])
@@ -76,18 +80,19 @@ def test_write_before_a_buffer_hits_its_guard(spec: KernelSpec) -> None:
     problem = make_problem(spec, ODD, "float32", seed=5)
     expected = compute_expected(problem)
     solve(problem)
-    problem.buffer("B").storage[GUARD_ELEMENTS - 1] = 0.0
+    problem.buffer("B").storage[guard_elements(4) - 1] = 0.0
     with pytest.raises(OutOfBounds, match="wrote out of bounds: guard before B changed at 7x5x9"):
         check_outputs(problem, expected)
 
 
-def test_nan_left_and_changed_input_are_named(spec: KernelSpec) -> None:
+def test_poison_left_and_changed_input_are_named(spec: KernelSpec) -> None:
     problem = make_problem(spec, ODD, "float32", seed=6)
     expected = compute_expected(problem)
     solve(problem)
-    problem.arrays()["C"][6, 4] = np.nan
-    with pytest.raises(WrongResult, match=r"output C not written \(NaN left\) at 7x5x9"):
+    problem.arrays()["C"][6, 4] = problem.poison["C"][6, 4]
+    with pytest.raises(WrongResult, match=r"output C not written \(poison left\) at 7x5x9"):
         check_outputs(problem, expected)
+    solve(problem)
     problem.arrays()["B"][0, 0] += 1.0
     with pytest.raises(WrongResult, match="input B changed by the kernel at 7x5x9"):
         check_outputs(problem, expected)
@@ -105,3 +110,48 @@ def test_declared_size_constraints_pick_the_sizes(spec: KernelSpec) -> None:
     assert applicable_sizes(context, {"TILE": 8}, sizes) == sizes[1:]
     with pytest.raises(InvalidPoint, match="M % TILE == 0"):
         require_size_constraints(context, {"TILE": 8}, ODD)
+
+
+def test_poison_differs_between_runs(spec: KernelSpec) -> None:
+    """A kernel cannot recognise the poison: it is random, and new for each run."""
+    first = make_problem(spec, ODD, "float32", seed=7)
+    second = first.refill(8)
+    assert not np.array_equal(first.poison["C"].view(np.uint32),
+                              second.poison["C"].view(np.uint32))
+    assert not np.array_equal(first.originals["A"], second.originals["A"])
+    assert np.isfinite(second.arrays()["C"]).sum() > 0  # not one NaN pattern
+
+
+BIG = ProblemSize.of({"M": 96, "N": 80, "K": 512})
+
+
+def _tf32(values: np.ndarray) -> np.ndarray:
+    bits = values.astype(np.float32).view(np.uint32)
+    return ((bits + 0x1000) & 0xFFFFE000).view(np.float32)
+
+
+def test_low_precision_arithmetic_fails_the_fp32_tolerance(spec: KernelSpec) -> None:
+    """TF32 inputs (10-bit mantissas) or an fp16 accumulator are off by more than fp32
+    rounding: the full check and the projections both reject them; fp32 passes both."""
+    problem = make_problem(spec, BIG, "float32", seed=9)
+    expected, projections = compute_expected(problem), project_expected(problem, 10)
+    a, b, c = problem.arrays()["A"], problem.arrays()["B"], problem.arrays()["C"]
+    c[...] = a @ b
+    check_outputs(problem, expected)
+    check_projected(problem, projections)
+    for cheat in (_tf32(a) @ _tf32(b), (a.astype(np.float16) @ b.astype(np.float16))):
+        c[...] = cheat
+        with pytest.raises(WrongResult, match="elements off"):
+            check_outputs(problem, expected)
+        with pytest.raises(WrongResult, match="elements off"):
+            check_projected(problem, projections)  # names the elements when it fails
+
+
+def test_projection_catches_skipped_rows(spec: KernelSpec) -> None:
+    problem = make_problem(spec, BIG, "float32", seed=11)
+    projections = project_expected(problem, 12)
+    a, b, c = problem.arrays()["A"], problem.arrays()["B"], problem.arrays()["C"]
+    c[...] = a @ b
+    c[40] = c[39]  # one row copied from its neighbour instead of computed
+    with pytest.raises(WrongResult, match="1 of 7680 elements off|80 of 7680 elements off"):
+        check_projected(problem, projections)

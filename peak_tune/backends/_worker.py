@@ -5,6 +5,14 @@ take the tuner down. The parent (`WorkerProcess`) enforces a deadline per reques
 kills the worker's whole process group on timeout; a worker that dies is reported as a
 KernelCrash naming the signal, and the next request starts a fresh one.
 
+A kernel runs in the worker's process and can write anything the worker can, so the
+parent trusts a reply only as far as it checks it: every request carries a random nonce
+and a sequence number that its reply must echo, a second reply to one request (or any
+bytes after it) is a forgery, and after every request the worker must have no child
+processes (`HarnessBreach`: the worker and everything it started are killed). The parent
+can stop the worker (SIGSTOP to its group) while it judges a run's output, so that no
+thread of the kernel's can go on writing after it replied.
+
 Requests and replies travel over two pipes passed with `pass_fds`, never over stdout,
 so a kernel that prints cannot corrupt the protocol (the worker's stdout goes to
 /dev/null, its stderr to a file whose tail becomes the crash detail).
@@ -45,13 +53,16 @@ from peak_tune.errors import (
     UserError,
     WrongResult,
 )
+from peak_tune.harness import isolation
 
-__all__ = ["WorkerProcess", "serve", "spec_from_wire", "spec_to_wire"]
+__all__ = ["HarnessBreach", "WorkerProcess", "serve", "spec_from_wire", "spec_to_wire"]
 
 _log = logging.getLogger(__name__)
 
 _STDERR_TAIL_BYTES = 4000
 _WATCHDOG_PERIOD_S = 1.0
+_PINGS = 5  # round trips timed at start: the reply latency floor
+_STOP_WAIT_S = 2.0  # a SIGSTOP not in effect after this is a worker gone wrong
 _ERROR_KINDS: tuple[tuple[str, type[Exception]], ...] = (
     ("wrong_result", WrongResult),
     ("timeout", KernelTimeout),
@@ -62,6 +73,13 @@ _ERROR_KINDS: tuple[tuple[str, type[Exception]], ...] = (
 )
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class HarnessBreach(WrongResult):
+    """The kernel tampered with the harness: a forged, stale or duplicated reply, or a
+    process it started. The worker and all it started are killed."""
+
+    taints_process = True
 
 
 class _Expired(Exception):
@@ -75,9 +93,17 @@ class _Died(Exception):
 class WorkerProcess:
     """Parent side: start, call with a deadline, kill and restart a worker module."""
 
-    def __init__(self, module: str, *, startup_timeout_s: float = 60.0) -> None:
+    def __init__(self, module: str, *, startup_timeout_s: float = 60.0,
+                 scan_all: bool = False) -> None:
+        """`scan_all`: look for escaped processes in all of /proc after each job (host
+        code can fork; a GPU kernel cannot, and its worker's children suffice)."""
         self._module = module
         self._startup_timeout_s = startup_timeout_s
+        self._scan_all = scan_all
+        self._token = ""
+        self._sequence = 0
+        self.reply_floor_s = 0.0  # the fastest round trip of a request that does nothing
+        self.last_round_trip_s = 0.0
         self._proc: subprocess.Popen[bytes] | None = None
         self._request_fd = -1
         self._response_fd = -1
@@ -96,9 +122,11 @@ class WorkerProcess:
         self._stderr = tempfile.TemporaryFile(prefix="peak-tune-worker-")
         command = [sys.executable, "-m", self._module,
                    "--request-fd", str(request_read), "--response-fd", str(response_write)]
+        self._token = os.urandom(8).hex()
+        env = {**_child_env(), isolation.TOKEN_VARIABLE: self._token}
         self._proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
-            pass_fds=(request_read, response_write), start_new_session=True, env=_child_env(),
+            pass_fds=(request_read, response_write), start_new_session=True, env=env,
         )
         os.close(request_read)
         os.close(response_write)
@@ -110,7 +138,13 @@ class WorkerProcess:
             last = tail.strip().splitlines()[-1:] or ["no output"]
             raise BackendUnavailable(
                 f"evaluation worker {self._module} did not start: {last[0]}") from exc
-        _log.debug("worker %s started (pid %d)", self._module, self._proc.pid)
+        self.reply_floor_s = min(self._round_trip() for _ in range(_PINGS))
+        _log.debug("worker %s started (pid %d), reply floor %.0f us", self._module,
+                   self._proc.pid, self.reply_floor_s * 1e6)
+
+    def _round_trip(self) -> float:
+        self.call({"op": "ping"}, self._startup_timeout_s)
+        return self.last_round_trip_s
 
     def call(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send one request; its reply's result, or the typed error it raised.
@@ -121,9 +155,14 @@ class WorkerProcess:
         if not self.running:
             self.start()
         self._clear_stderr()
+        self._sequence += 1
+        nonce = os.urandom(8).hex()
         try:
-            self._send(request)
+            began = time.perf_counter()
+            self._send({**request, "nonce": nonce, "seq": self._sequence})
             reply = self._receive(time.monotonic() + timeout_s)
+            self.last_round_trip_s = time.perf_counter() - began
+            self._check_reply(reply, nonce)
         except _Expired:
             self.stop()
             raise KernelTimeout(f"kernel timed out after {timeout_s:g} s") from None
@@ -135,11 +174,74 @@ class WorkerProcess:
             self.stop()
         raise _decode_error(reply)
 
-    def stop(self) -> None:
-        """Kill the worker's process group and release its pipes."""
+    def _check_reply(self, reply: Mapping[str, Any], nonce: str) -> None:
+        """The reply answers this request, alone, and the worker started nothing."""
+        if reply.get("nonce") != nonce or reply.get("seq") != self._sequence:
+            self._breach("a reply that does not answer the request (forged or stale)")
+        if self._buffer or self._readable():
+            self._breach("more than one reply to one request (forged)")
+        assert self._proc is not None
+        started = isolation.children(self._proc.pid)
+        if started:
+            self._breach(f"the kernel started {len(started)} process(es) "
+                         f"(pid {min(started)}): kernels must not fork")
+
+    def check_clean(self) -> None:
+        """After a job: nothing the worker started is still running anywhere (its
+        children, its session, its token), else HarnessBreach."""
+        if self._proc is None:
+            return
+        found = isolation.descendants(self._proc.pid, self._token, self._scan_all)
+        if found:
+            self._breach(f"the kernel started {len(found)} process(es) (pid {min(found)}) "
+                         "that outlived its run: kernels must not fork")
+
+    def _breach(self, what: str) -> None:
+        self.stop()
+        raise HarnessBreach(f"harness tampering: {what}")
+
+    def _readable(self) -> bool:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._response_fd, selectors.EVENT_READ)
+            return bool(selector.select(0))
+
+    def pause(self) -> None:
+        """Stop every thread of the worker (SIGSTOP to its group) and wait until they are
+        stopped; KernelCrash if the worker died instead."""
+        assert self._proc is not None
+        os.killpg(self._proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + _STOP_WAIT_S
+        delay = 20e-6
+        while time.monotonic() < deadline:
+            info = os.waitid(os.P_PID, self._proc.pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+            if info is not None and info.si_code == os.CLD_STOPPED:
+                os.waitid(os.P_PID, self._proc.pid, os.WSTOPPED | os.WNOHANG)  # consume
+                return
+            if self._proc.poll() is not None:
+                raise self._crash()
+            time.sleep(delay)
+            delay = min(2 * delay, 1e-3)
+        self.stop()
+        raise KernelCrash("kernel crashed: the worker did not stop for its check")
+
+    def resume(self) -> None:
         if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid if self._proc is not None else -1
+
+    def stop(self) -> None:
+        """Kill the worker's process group and whatever it started; release its pipes."""
+        if self._proc is not None:
+            started = isolation.descendants(self._proc.pid, self._token, self._scan_all)
             if self._proc.returncode is None:
                 self._kill_group()
+            isolation.end(started)
             self._proc.wait()
             self._proc = None
         for fd in (self._request_fd, self._response_fd):
@@ -260,12 +362,17 @@ def serve(handlers: Mapping[str, Handler], argv: Sequence[str] | None = None) ->
             os.fdopen(args.response_fd, "wb") as replies:
         _reply(replies, {"ok": True, "result": {"pid": os.getpid()}})
         for line in requests:
-            _reply(replies, _handle(handlers, json.loads(line)))
+            request = json.loads(line)
+            reply = _handle(handlers, request)
+            reply.update(nonce=request.get("nonce"), seq=request.get("seq"))
+            _reply(replies, reply)
     return 0
 
 
 def _handle(handlers: Mapping[str, Handler], request: dict[str, Any]) -> dict[str, Any]:
     op = str(request.get("op"))
+    if op == "ping":
+        return {"ok": True, "result": {}}
     if op not in handlers:
         return {"ok": False, "kind": "crash", "message": f"worker has no operation {op!r}"}
     try:
@@ -319,6 +426,7 @@ def spec_to_wire(spec: KernelSpec) -> dict[str, Any]:
         "entry": dict(spec.entry),
         "check_sizes": [s.as_dict() for s in spec.check_sizes],
         "folder": spec.folder,
+        "projection": dict(spec.projection),
     }
 
 
@@ -344,4 +452,5 @@ def spec_from_wire(data: Mapping[str, Any]) -> KernelSpec:
         entry=dict(data["entry"]),
         check_sizes=tuple(ProblemSize.of(s) for s in data["check_sizes"]),
         folder=data["folder"],
+        projection=dict(data.get("projection", {})),
     )

@@ -9,6 +9,7 @@ timed as the vendor baseline by the same code in the same process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -19,14 +20,14 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from peak_tune.backends._wire import config_to_wire, macro_flags, measurement_from_reply
-from peak_tune.backends._worker import WorkerProcess, spec_to_wire
+from peak_tune.backends._wire import Timing, config_to_wire, macro_flags, measurement_from_reply
+from peak_tune.backends._worker import WorkerProcess
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest, over_budget_message
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
@@ -37,13 +38,14 @@ from peak_tune.errors import (
     UserError,
     WrongResult,
 )
+from peak_tune.harness.host_judge import HostJudge, RunTarget
 from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
 
-__all__ = ["CBackend", "COMPILE_TIMEOUT_S", "FLAGS", "HARNESS_VERSION"]
+__all__ = ["CBackend", "COMPILE_TIMEOUT_S", "FLAGS", "HARNESS_VERSION", "cpu_peak_gflops"]
 
 _log = logging.getLogger(__name__)
 
-HARNESS_VERSION = "c-1"  # bump when validation or timing in the worker changes
+HARNESS_VERSION = "c-2"  # bump when validation or timing in the worker changes
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
 _LIBS = ("-lm",)
 COMPILE_TIMEOUT_S = 60.0
@@ -52,8 +54,16 @@ _MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ERROR_LINE = re.compile(r"^.*?:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$")
 _MAX_LIBRARIES_PER_WORKER = 200  # a fresh worker after this many loaded kernels
 _SPEED_MARGIN = 1.1  # above this multiple of the device peak, a timing is impossible
+# cpufreq is often absent (VMs): /proc/cpuinfo then shows the base clock, and boost goes
+# higher (AMD EPYC 9004: 2.4-3.1 GHz base, 3.5-4.4 boost; Intel Xeon 4th gen 1.9-3.5 base,
+# up to 4.2 boost)
+_BOOST_ALLOWANCE = 1.5
+_FALLBACK_CLOCK_GHZ = 6.0  # no clock known: above any shipping CPU's boost
+_MODEL_CLOCK = re.compile(r"@\s*([0-9.]+)\s*GHz", re.IGNORECASE)
+_DTYPE_BITS = {"float64": 64, "float32": 32, "float16": 16, "bfloat16": 16}
 _OPENMP_PROBE = "#include <omp.h>\nint peak_tune_threads(void) { return omp_get_max_threads(); }\n"
 _WORKER_MODULE = "peak_tune.backends._c_worker"
+_BLAS_SETTLE_S = 0.3  # after timing numpy, let OpenBLAS's spinning threads go to sleep
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,8 @@ class CBackend:
     def __init__(self, profile: DeviceProfile) -> None:
         self._profile = profile
         self._host: _Host | None = None
-        self._worker = WorkerProcess(_WORKER_MODULE)
+        self._worker = WorkerProcess(_WORKER_MODULE, scan_all=True)  # host code can fork
+        self._judge = HostJudge(self._worker)
         self._calls = threading.RLock()  # one worker request or compiler run at a time
         self._loaded: set[str] = set()
 
@@ -110,18 +121,26 @@ class CBackend:
         if self._host is None:
             toolchain = _find_compiler()
             _check_openmp(toolchain)
-            model, flags = _read_cpuinfo()
+            cpu = _read_cpuinfo()
             cores = os.cpu_count() or 1
-            isa, vector_bits = _vector_isa(flags)
+            isa, vector_bits = _vector_isa(cpu.flags)
+            clock_ghz, clock_from = _clock_ghz(cpu)
+            fma_units = _fma_units(isa)
             detected: dict[str, int | float | str] = {
-                "isa": isa, "vector_bits": vector_bits, "cores": cores, "cpu_model": model}
+                "isa": isa, "vector_bits": vector_bits, "cores": cores, "cpu_model": cpu.model,
+                "fma_units": fma_units, "clock_ghz": round(clock_ghz, 3),
+                "clock_from": clock_from}
             facts = dict(self._profile.facts)
             for key, value in detected.items():
                 if facts.get(key, "detect") == "detect":
                     facts[key] = value
-            profile = dataclasses.replace(self._profile, facts=facts)
-            self._host = _Host(toolchain, profile, model, cores)
-            _log.info("C backend: %s, %s, %s", toolchain.version, model, isa)
+            peaks = {**{dtype: cpu_peak_gflops(cores, vector_bits, fma_units, clock_ghz, dtype)
+                        for dtype in _C_TYPES},  # a documented peak (not 0) wins
+                     **{dtype: peak for dtype, peak in self._profile.peak_gflops.items() if peak}}
+            profile = dataclasses.replace(self._profile, facts=facts, peak_gflops=peaks)
+            self._host = _Host(toolchain, profile, cpu.model, cores)
+            _log.info("C backend: %s, %s, %s, peak %s GFLOP/s", toolchain.version, cpu.model,
+                      isa, ", ".join(f"{d} {v:.0f}" for d, v in peaks.items()))
         return self._host
 
     # ------------------------------------------------------------ compile
@@ -168,22 +187,14 @@ class CBackend:
     # ------------------------------------------------------------ run
 
     def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
-        """Validate at the check sizes and twice at the size, time, check again."""
+        """Validate at the check sizes and at the size, then time there: every run on
+        fresh inputs and judged in this process (peak_tune.harness.host_judge)."""
         self._probe()
         require_size_constraints(request.context, request.params, request.size)
         checks = applicable_sizes(request.context, request.params, request.check_sizes)
-        message = {
-            "op": "evaluate",
-            "library": artifact.path,
-            "entry": request.context.entry,
-            "spec": spec_to_wire(request.spec),
-            "dtype": request.dtype,
-            "size": request.size.as_dict(),
-            "check_sizes": [s.as_dict() for s in checks],
-            "config": config_to_wire(request.config),
-        }
-        reply = self._call(message, request.config.timeout_s, artifact.path)
-        measurement = measurement_from_reply(request.spec, request.size, reply)
+        target = RunTarget(vendor=False, library=artifact.path, entry=request.context.entry)
+        measurement = self._measure(request.spec, request.dtype, request.size, checks,
+                                    request.config, target)
         self._reject_impossible_speed(request.spec, request.dtype, request.size, measurement)
         return measurement
 
@@ -191,33 +202,38 @@ class CBackend:
         self, spec: KernelSpec, dtype: str, size: ProblemSize, config: EvalConfig
     ) -> tuple[str, Measurement]:
         """numpy (its BLAS for matmul), timed and checked like a variant."""
-        message = {
-            "op": "vendor",
-            "spec": spec_to_wire(spec),
-            "dtype": dtype,
-            "size": size.as_dict(),
-            "config": config_to_wire(config),
-        }
-        reply = self._call(message, config.timeout_s, None)
-        return str(reply["name"]), measurement_from_reply(spec, size, reply)
+        measurement = self._measure(spec, dtype, size, (), config, RunTarget(vendor=True))
+        time.sleep(_BLAS_SETTLE_S)
+        if spec.name == "matmul":
+            with self._calls:
+                name = f"numpy ({self._worker.call({'op': 'blas'}, 60.0)['name']})"
+        else:
+            name = f"numpy (reference expression in {dtype})"
+        return name, measurement
 
     def close(self) -> None:
-        self._worker.stop()
-        self._loaded.clear()
+        with self._calls:
+            self._worker.stop()
+            self._judge.close()
+            self._loaded.clear()
 
-    def _call(
-        self, message: Mapping[str, Any], timeout_s: float, library: str | None
-    ) -> dict[str, Any]:
-        """One worker request; a fresh worker when the old one has loaded too many kernels.
+    def _measure(self, spec: KernelSpec, dtype: str, size: ProblemSize,
+                 checks: tuple[ProblemSize, ...], config: EvalConfig,
+                 target: RunTarget) -> Measurement:
+        """One worker job; a fresh worker when the old one has loaded too many kernels.
         One at a time: the timer and an LLM applier's result check share the worker."""
         with self._calls:
             if not self._worker.running:
                 self._loaded.clear()
-            if library is not None and library not in self._loaded:
+            if not target.vendor and target.library not in self._loaded:
                 if len(self._loaded) >= _MAX_LIBRARIES_PER_WORKER:
-                    self.close()
-                self._loaded.add(library)
-            return self._worker.call(message, timeout_s)
+                    self._worker.stop()
+                    self._loaded.clear()
+                self._loaded.add(target.library)
+            samples = self._judge.measure(spec, dtype, size, checks,
+                                          Timing.of(config_to_wire(config)), target,
+                                          config.timeout_s)
+        return measurement_from_reply(spec, size, {"samples_ms": samples})
 
     def _reject_impossible_speed(
         self, spec: KernelSpec, dtype: str, size: ProblemSize, measurement: Measurement
@@ -314,9 +330,16 @@ def _check_openmp(toolchain: _Toolchain) -> None:
             ) from exc
 
 
-def _read_cpuinfo() -> tuple[str, set[str]]:
-    """CPU model name and feature flags (Linux /proc/cpuinfo; platform fallback)."""
-    model, flags = "", set[str]()
+@dataclass(frozen=True)
+class _CpuInfo:
+    model: str
+    flags: frozenset[str]
+    mhz: float  # the highest "cpu MHz" listed (0: none): the base clock in most VMs
+
+
+def _read_cpuinfo() -> _CpuInfo:
+    """CPU model name, feature flags and clock (Linux /proc/cpuinfo; platform fallback)."""
+    model, flags, mhz = "", frozenset[str](), 0.0
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -327,11 +350,48 @@ def _read_cpuinfo() -> tuple[str, set[str]]:
         if key in ("model name", "hardware", "cpu model") and not model:
             model = value.strip()
         elif key in ("flags", "features") and not flags:
-            flags = set(value.split())
-    return model or platform.processor() or platform.machine() or "unknown CPU", flags
+            flags = frozenset(value.split())
+        elif key == "cpu mhz":
+            with contextlib.suppress(ValueError):
+                mhz = max(mhz, float(value))
+    model = model or platform.processor() or platform.machine() or "unknown CPU"
+    return _CpuInfo(model, flags, mhz)
 
 
-def _vector_isa(flags: set[str]) -> tuple[str, int]:
+def _clock_ghz(cpu: _CpuInfo) -> tuple[float, str]:
+    """The highest clock a core may run at, and where it was read: cpufreq's maximum
+    (boost included) where the kernel exposes it; else the clock in the model name or
+    /proc/cpuinfo times _BOOST_ALLOWANCE (both are base clocks: a VM shows no boost);
+    else _FALLBACK_CLOCK_GHZ."""
+    khz = 0
+    for entry in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/cpuinfo_max_freq"):
+        with contextlib.suppress(OSError, ValueError):
+            khz = max(khz, int(entry.read_text().strip()))
+    if khz > 0:
+        return khz / 1e6, "cpufreq"
+    named = _MODEL_CLOCK.search(cpu.model)
+    base_ghz = max(cpu.mhz / 1e3, float(named.group(1)) if named else 0.0)
+    if base_ghz > 0:
+        return base_ghz * _BOOST_ALLOWANCE, "cpuinfo"
+    return _FALLBACK_CLOCK_GHZ, "fallback"
+
+
+def _fma_units(isa: str) -> int:
+    """Vector FMAs a core can start per cycle, at most: two on x86 (Intel's server cores
+    with AVX-512 have two 512-bit units; Zen 4 runs a 512-bit FMA as two 256-bit halves,
+    half of that), four 128-bit pipes on the widest Arm cores (Apple M, Neoverse V)."""
+    return 4 if isa == "neon" else 2
+
+
+def cpu_peak_gflops(cores: int, vector_bits: int, fma_units: int, clock_ghz: float,
+                    dtype: str) -> float:
+    """An upper bound on the host's arithmetic rate: every core issuing `fma_units`
+    fused multiply-adds (2 FLOPs) on full vectors of `dtype` every cycle at `clock_ghz`.
+    A timing over it (times _SPEED_MARGIN) did not compute what it claims."""
+    lanes = max(1, vector_bits // _DTYPE_BITS.get(dtype, 32))
+    return cores * fma_units * lanes * 2 * clock_ghz
+
+def _vector_isa(flags: Collection[str]) -> tuple[str, int]:
     if "avx512f" in flags:
         return "avx512", 512
     if "avx2" in flags:

@@ -113,7 +113,7 @@ def load_spec(folder: Path) -> KernelSpec:
         path, data,
         {"name", "description", "sizes", "default_size", "flops", "min_bytes", "reference",
          "error_scale", "dtypes", "tolerance", "args", "sources", "entry"},
-        {"check_sizes", "launch"},
+        {"check_sizes", "launch", "projection"},
     )
     symbols = _str_list(path, "sizes", data["sizes"])
     args = tuple(_arg(path, i, a, set(symbols)) for i, a in enumerate(_typed(
@@ -156,7 +156,19 @@ def load_spec(folder: Path) -> KernelSpec:
         ),
         launch=_launch(path, data.get("launch", {}), set(symbols)),
         folder=str(folder),
+        projection=_projection(path, data.get("projection", {}), buffers),
     )
+
+
+def _projection(path: Path, table: Any, inputs: set[str]) -> dict[str, str]:
+    """[projection]: right/left -> the input buffer the reference is linear in."""
+    _typed(path, "projection", table, dict)
+    for side, name in table.items():
+        if side not in ("right", "left"):
+            raise CatalogError(path, f"projection.{side}", "is not right or left")
+        if _typed(path, f"projection.{side}", name, str) not in inputs:
+            raise CatalogError(path, f"projection.{side}", f"{name!r} is not an input buffer")
+    return {str(k): str(v) for k, v in table.items()}
 
 
 def _launch(path: Path, table: Any, symbols: set[str]) -> dict[str, dict[str, str]]:

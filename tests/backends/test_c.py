@@ -186,7 +186,7 @@ def test_unknown_dtype_is_a_clear_error(backend: CBackend, build_dir: str) -> No
         ("oob_write.c", "wrote out of bounds: guard after C changed at 67x53x97"),
         ("tile16.c", "wrong result at 67x53x97: "),
         ("write_input.c", "input A changed by the kernel at 67x53x97"),
-        ("partial.c", "output C not written (NaN left) at 67x53x97: 53 of 3551 elements"),
+        ("partial.c", "output C not written (poison left) at 67x53x97: 53 of 3551 elements"),
     ],
 )
 def test_cheating_kernel_fails_validation(

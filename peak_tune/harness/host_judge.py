@@ -1,0 +1,199 @@
+"""Judging a host backend's runs in the tuner's process, where the kernel cannot reach.
+
+The kernel runs in a worker (peak_tune.backends._worker) on buffers in a shared arena
+(peak_tune.harness.arena); this side writes every input and poison, flushes the caches,
+asks for one run at a time, stops the worker while it checks that run's output, and
+times the run by its own clock as well. So:
+
+- every run, timed ones included, has fresh inputs from a secret seed and is checked
+  (in full at the check sizes; by random projections at the tuned size when the spec
+  declares them, see validation.check_projected; in full otherwise);
+- the verdict never travels through the worker: a forged reply can at most lie about the
+  time, and a run is never counted as faster than the judge's own clock saw it, less the
+  worker's measured reply latency (`sample = max(reported, round trip - floor)`), nor
+  above the device's peak (the backend's check);
+- after the last run the worker's process tree is checked (isolation): a fork fails the
+  evaluation and everything the kernel started is killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from peak_tune.backends._wire import Timing
+from peak_tune.backends._worker import WorkerProcess, spec_to_wire
+from peak_tune.core import KernelSpec, ProblemSize
+from peak_tune.errors import KernelTimeout, WrongResult
+from peak_tune.harness.arena import Arena
+from peak_tune.harness.values import secret_seed
+from peak_tune.validation import (
+    Problem,
+    check_outputs,
+    check_projected,
+    compute_expected,
+    guard_elements,
+    make_problem,
+    numpy_dtype,
+    project_expected,
+    projectable,
+    storage_bytes,
+)
+
+__all__ = ["CacheFlusher", "HostJudge", "RunTarget"]
+
+_log = logging.getLogger(__name__)
+
+_FLUSH_MIN_BYTES = 8 << 20
+_FLUSH_MAX_BYTES = 256 << 20
+_KEPT_PROBLEMS = 8  # (spec, size, dtype) arenas kept between evaluations
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """What the worker calls: a compiled kernel (library, entry) or the vendor."""
+
+    vendor: bool
+    library: str = ""
+    entry: str = ""
+
+
+class CacheFlusher:
+    """Evicts the caches by reading and writing a buffer larger than the last level."""
+
+    def __init__(self) -> None:
+        self._buffer = np.ones(_flush_bytes() // 8)
+
+    def flush(self) -> None:
+        self._buffer += 1.0
+
+
+def _flush_bytes() -> int:
+    """1.5 x the largest cache sysfs reports, within [8 MiB, 256 MiB]."""
+    largest = 0
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            largest = max(largest, int(digits) * scale)
+    return min(max(largest * 3 // 2, _FLUSH_MIN_BYTES), _FLUSH_MAX_BYTES)
+
+
+@dataclass
+class _Kept:
+    """One (spec, size, dtype)'s buffers in their arena, refilled for every run."""
+
+    arena: Arena
+    problem: Problem
+    layout: list[dict[str, Any]]
+
+
+class HostJudge:
+    """Runs and judges a host backend's kernels; one instance per worker, one thread."""
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self._worker = worker
+        self._kept: dict[tuple[Any, ...], _Kept] = {}
+        self._flusher: CacheFlusher | None = None
+
+    def close(self) -> None:
+        for kept in self._kept.values():
+            kept.arena.close()
+        self._kept.clear()
+
+    def measure(self, spec: KernelSpec, dtype: str, size: ProblemSize,
+                check_sizes: tuple[ProblemSize, ...], timing: Timing, target: RunTarget,
+                timeout_s: float) -> list[float]:
+        """Validate at every check size and at `size`, then time at `size`: every run on
+        new inputs and checked. Samples in ms; WrongResult, KernelCrash, KernelTimeout."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            for check in check_sizes:
+                self._run(spec, check, dtype, target, deadline, project=False)
+            one_run_ms = self._run(spec, size, dtype, target, deadline)
+            samples: list[float] = []
+            count = timing.repeat_count(one_run_ms)
+            while len(samples) < count:
+                samples.append(self._run(spec, size, dtype, target, deadline, flush=True))
+            self._worker.check_clean()
+        except KernelTimeout:
+            self.close()
+            raise KernelTimeout(f"kernel timed out after {timeout_s:g} s") from None
+        except WrongResult:
+            self.close()  # guards may be dirty: fresh arenas next time
+            raise
+        return samples
+
+    def _run(self, spec: KernelSpec, size: ProblemSize, dtype: str, target: RunTarget,
+             deadline: float, project: bool = True, flush: bool = False) -> float:
+        """One run on fresh inputs, judged; its duration in ms."""
+        kept = self._problem(spec, size, dtype)
+        problem = kept.problem.refill(secret_seed())
+        with threadpool_limits(limits=1, user_api="blas"):  # no BLAS threads spinning
+            if project and projectable(spec):
+                projections = project_expected(problem, secret_seed())
+                expected = None
+            else:
+                expected = compute_expected(problem)
+        if flush:
+            if self._flusher is None:
+                self._flusher = CacheFlusher()
+            self._flusher.flush()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise KernelTimeout("kernel timed out: the evaluation's time limit passed")
+        request = {"op": "run", "arena": kept.arena.path, "regions": kept.layout,
+                   "spec": spec_to_wire(spec), "dtype": dtype, "size": size.as_dict(),
+                   "vendor": target.vendor, "library": target.library, "entry": target.entry}
+        reply = self._worker.call(request, remaining)
+        reported_ms = float(reply["elapsed_ns"]) / 1e6
+        seen_ms = (self._worker.last_round_trip_s - self._worker.reply_floor_s) * 1e3
+        self._worker.pause()
+        try:
+            with np.errstate(all="ignore"), threadpool_limits(limits=1, user_api="blas"):
+                if expected is None:
+                    check_projected(problem, projections)
+                else:
+                    check_outputs(problem, expected)
+        finally:
+            self._worker.resume()
+        return max(reported_ms, seen_ms)
+
+    def _problem(self, spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:
+        key = (spec.name, spec.args, size.values, dtype)
+        kept = self._kept.pop(key, None)
+        if kept is None:
+            kept = _arena_problem(spec, size, dtype)
+            while len(self._kept) >= _KEPT_PROBLEMS:
+                self._kept.pop(next(iter(self._kept))).arena.close()
+        self._kept[key] = kept  # most recent last
+        return kept
+
+
+def _arena_problem(spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:
+    """A problem whose buffers lie in a new arena, and the layout the worker maps."""
+    itemsize = numpy_dtype(dtype).itemsize
+    arena = Arena(Arena.bytes_for(storage_bytes(spec, size, dtype)))
+    problem = make_problem(spec, size, dtype, secret_seed(), allocate=arena.allocate)
+    layout = []
+    for buffer, region in zip(problem.buffers, arena.regions, strict=True):
+        layout.append({"name": buffer.arg.name, "offset": region.offset,
+                       "data_offset": region.offset + guard_elements(itemsize) * itemsize,
+                       "count": buffer.count, "shape": list(buffer.shape),
+                       "protected": [list(p) for p in region.protected]})
+    return _Kept(arena, problem, layout)
+
+
+def layout_arrays(mapping: Any, layout: list[Mapping[str, Any]],
+                  dtype: np.dtype) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+    """The worker's numpy views of the data of each buffer (for the vendor)."""
+    return {b["name"]: np.frombuffer(mapping, dtype, b["count"], b["data_offset"])
+            .reshape(b["shape"]) for b in layout}
