@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from peak_tune.backends import BACKENDS
+from peak_tune.backends import BACKENDS, capabilities
 from peak_tune.backends.base import BUILD_BUDGET, EvalConfig
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.errors import UserError
@@ -94,7 +94,7 @@ class BatchStudy:
     @property
     def exclusive(self) -> bool:
         """Timed on the host CPU: anything else running at once would disturb it."""
-        return self.backend == "c"
+        return capabilities(self.backend).on_host
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,7 @@ class BatchRun:
                 item.new += 1
                 item.done += 1
                 item.best_gflops = session.best_gflops()
+                item.vendor_gflops = session.vendor_gflops()  # re-timed through the run
             self.changed(item)
 
         session.run(max(0, item.study.trials - item.done), on_trial, self.should_stop)

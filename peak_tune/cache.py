@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from peak_tune.core import KernelContext, Outcome, stable_hash
+from peak_tune.errors import UserError, environment_fault
 from peak_tune.serialize import (
     context_from_json,
     context_to_json,
@@ -61,10 +62,13 @@ class CacheCounters:
 class Cache:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        for kind in _KINDS:
-            (folder / kind).mkdir(parents=True, exist_ok=True)
         self.builds = folder / "builds"
-        self.builds.mkdir(exist_ok=True)
+        try:
+            for kind in (*_KINDS, "builds"):
+                (folder / kind).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise environment_fault(exc, f"making the cache folder {folder}") or UserError(
+                f"cannot make the cache folder {folder}: {exc.strerror}") from exc
         self.counters = CacheCounters()
 
     def _path(self, kind: str, key: str) -> Path:
@@ -79,16 +83,22 @@ class Cache:
             return None  # a damaged entry is a miss; it is rewritten
 
     def _write(self, kind: str, key: str, data: Any) -> None:
+        """Write one entry atomically. A folder deleted under a running tuner is made
+        again; a full disk (or memory) is an EnvironmentFault, never a half entry."""
         path = self._path(kind, key)
-        path.parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(data, handle, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        for attempt in range(2):
+            try:
+                _write_json(path, data)
+                return
+            except FileNotFoundError:  # the cache folder was deleted as it was written
+                if attempt:
+                    raise
+            except OSError as exc:
+                fault = environment_fault(exc, f"writing the cache entry {path}")
+                if fault is None:
+                    raise
+                raise fault from exc
+
 
     # Variants are stored under their content hash so lineage can be walked later.
     def put_context(self, context: KernelContext) -> str:
@@ -145,3 +155,15 @@ class Cache:
             files = [p for p in (self.folder / kind).rglob("*") if p.is_file()]
             result[kind] = {"entries": len(files), "bytes": sum(p.stat().st_size for p in files)}
         return result
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -26,13 +27,21 @@ from peak_tune.backends.base import (
     BUILD_BUDGET_FLOOR_S,
     EvalConfig,
 )
-from peak_tune.errors import BudgetReached, UserError
+from peak_tune.errors import (
+    OUT_OF_MEMORY,
+    BudgetReached,
+    EnvironmentFault,
+    EvaluationError,
+    KernelTimeout,
+    UserError,
+    environment_fault,
+)
 from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES
 from peak_tune.search.samplers import SAMPLERS
 from peak_tune.search.space import ENCODINGS
 
 if TYPE_CHECKING:
-    from peak_tune.tune import TuneConfig
+    from peak_tune.tune import TuneConfig, TuneSession
 
 __all__ = ["main"]
 
@@ -253,6 +262,11 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
 
     if args.trials < 0:
         raise UserError("--trials must be zero or more")
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be 1 or more (timed runs per evaluation), not "
+                        f"{args.repeats}")
+    if not 0 < args.timeout < math.inf:
+        raise UserError(f"--timeout must be a number of seconds above 0, not {args.timeout:g}")
     llm_file: dict[str, object] = {}
     if args.llm_config:
         from peak_tune.appliers.llm.config import load_llm_settings
@@ -305,7 +319,7 @@ def _tune(args: argparse.Namespace) -> int:
     progress = ProgressView(session, args.trials)
     try:
         with stop.on_ctrl_c():
-            session.measure_vendor()
+            _measure_vendor(session, args.timeout)
             session.run(args.trials, progress, lambda: stop.requested() or not budget_left())
             if args.sanitize and not stop.requested():
                 for line in session.sanitize_best():
@@ -334,6 +348,18 @@ def _tune(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data))
     return 130 if interrupted else 3 if budget else 0
+
+
+def _measure_vendor(session: TuneSession, timeout_s: float) -> None:
+    """The vendor baseline, before any trial; its failure is one line (a trial's failure
+    is the trial's outcome, the vendor's stops the run)."""
+    try:
+        session.measure_vendor()
+    except KernelTimeout as exc:
+        raise UserError(f"the vendor baseline did not finish within --timeout {timeout_s:g} s "
+                        f"({exc}): give a longer --timeout") from exc
+    except EvaluationError as exc:
+        raise UserError(f"timing the vendor baseline failed: {exc}") from exc
 
 
 def _dollars(cost: float | None) -> str:
@@ -427,11 +453,25 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"peak-tune: error: {exc}", file=sys.stderr)
         return 2
+    except EnvironmentFault as exc:  # "disk full: ...": every trial stored is kept
+        print(f"peak-tune: {exc}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"peak-tune: {OUT_OF_MEMORY}: this process could not allocate memory; "
+              "finished trials are kept", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `peak-tune ... | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a write of a part that does not say so itself
+        where = f"writing {exc.filename}" if exc.filename else "writing a file"
+        fault = environment_fault(exc, where)
+        if fault is None:
+            raise
+        print(f"peak-tune: {fault}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 
 This is the one place where typed errors from appliers and backends become Status
 values. A repeat of anything already done costs no applier call, no compile, no run.
+An EnvironmentFault (disk full, host out of memory, a killed compiler) is the machine's,
+not the variant's: it becomes no Outcome, so nothing caches it; it reaches the driver,
+which stops the run.
 """
 
 from __future__ import annotations
@@ -321,7 +324,9 @@ def evaluate_built(backend: Backend, setup: PipelineSetup, built: Artifact,
 
 
 def outcome_of_error(exc: InvalidPoint | EvaluationError) -> Outcome:
-    """The one place where a typed error of a backend becomes a Status."""
+    """The one place where a typed error of a backend becomes a Status. EnvironmentFault
+    is neither an InvalidPoint nor an EvaluationError, so no caller catches it to come
+    here: the machine's fault is never a variant's Outcome, and never cached."""
     if isinstance(exc, InvalidPoint):  # resources (threads, shared memory) the device lacks
         return Outcome(Status.INVALID, message=str(exc),
                        transient=isinstance(exc, BuildOverBudget))

@@ -116,6 +116,8 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
         },
         "vendor": vendor,
         "ratio": best_gflops / vendor_gflops if vendor_gflops else None,
+        # the ratio rests on a noisy timing: the vendor's or the best trial's
+        "ratio_noisy": vendor["noisy"] or bool(best and best.user_attrs.get("noisy")),
         "trials": {
             # run to an end: trials enqueued but never started (a new study's first
             # trials per branch, the polisher's next neighbour) are not counted
@@ -168,7 +170,9 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     for label, stability in vendor.get("by_size", {}).items():
         table.add_row(f"vendor {label}", _stability_line(stability))
     ratio = data["ratio"]
-    table.add_row("ratio", f"{ratio:.3f}x vendor" if ratio is not None else "-")
+    noisy_ratio = " (noisy: see the vendor's timings and the best trial)" if data.get(
+        "ratio_noisy") else ""
+    table.add_row("ratio", f"{ratio:.3f}x vendor{noisy_ratio}" if ratio is not None else "-")
     trials = data["trials"]
     table.add_row("trials", f"{trials['total']} ({trials['complete']} complete, "
                   f"{trials['pruned']} pruned, {trials['failed']} failed)")
@@ -200,4 +204,4 @@ def _stability_line(stability: dict[str, Any]) -> str:
             f"{f', {noisy} noisy' if noisy else ''}): min {stability['min_gflops']:.2f} / "
             f"median {stability['median_gflops']:.2f} / max {stability['max_gflops']:.2f} "
             f"GFLOP/s, spread {100 * stability['spread']:.1f}% between timings"
-            f"{' (NOISY)' if stability['noisy'] else ''}")
+            f"{f' (NOISY: {why})' if (why := stability['noisy_because']) else ''}")

@@ -8,18 +8,23 @@ absorbs both, so that a user never sees either.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
 from optuna.storages import BaseStorage, RDBStorage
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from peak_tune.errors import UserError
+from peak_tune.errors import UserError, environment_fault
 
-__all__ = ["driver_url", "open_storage", "redacted_url", "results_storage_url"]
+__all__ = ["check_sqlite_file", "driver_url", "open_storage", "redacted_url",
+           "results_storage_url"]
 
 SQLITE_BUSY_WAIT_S = 60  # how long a SQLite writer waits for another one's lock
 _SCHEMA_RACE_TRIES = 8
+_SQLITE_HEADER = b"SQLite format 3\x00"  # how every SQLite database file begins
+_NEW_FILE_WAIT_S = 5.0  # a 0-byte database this new may be one another process creates
 
 
 def results_storage_url(results: Path) -> str:
@@ -38,7 +43,15 @@ def driver_url(url: str) -> str:
 
 
 def open_storage(url: str) -> BaseStorage:
-    """An RDB storage for `url`, created if new, safe against concurrent creators."""
+    """An RDB storage for `url`, created if new, safe against concurrent creators.
+
+    A URL that is none, of an unknown kind of database, or a SQLite file that is not a
+    database (0 bytes, or another file) is a UserError naming it; the file is left as it
+    was. A disk or memory too full to create the database is an EnvironmentFault."""
+    database = _sqlite_file(url)
+    if database is not None:
+        check_sqlite_file(database)
+    existed = database is not None and database.exists()
     engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_WAIT_S}} if url.startswith(
         "sqlite") else {"pool_pre_ping": True}
     for attempt in range(_SCHEMA_RACE_TRIES):
@@ -49,6 +62,12 @@ def open_storage(url: str) -> BaseStorage:
             # PostgreSQL also its enum types) appear under us. Wait for it to finish and
             # open what it made.
             if attempt + 1 == _SCHEMA_RACE_TRIES or not _is_schema_race(error):
+                if database is not None and not existed:
+                    _remove_if_empty(database)  # ours, and left 0 bytes: no trap for later
+                fault = environment_fault(error, f"creating the study storage "
+                                                 f"{redacted_url(url)}")
+                if fault is not None:
+                    raise fault from error
                 reason = " ".join(str(error.orig).split())  # one line (psycopg adds hints)
                 raise UserError(f"cannot open the study storage {redacted_url(url)}: "
                                 f"{reason}") from error
@@ -57,6 +76,70 @@ def open_storage(url: str) -> BaseStorage:
             raise UserError(f"cannot open the study storage {redacted_url(url)}: {error} "
                             "(pip install 'peak-tune[postgres]')") from error
     raise AssertionError("unreachable")
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another database or an in-memory one); a URL
+    that names no database SQLAlchemy knows is a UserError."""
+    try:
+        parsed = make_url(driver_url(url))
+        parsed.get_dialect()
+    except ImportError:  # the dialect's own module: opening the storage says what to install
+        return None
+    except NoSuchModuleError:
+        raise UserError(f"the study storage {redacted_url(url)!r} names an unknown kind of "
+                        f"database {url.split(':', 1)[0]!r} (use sqlite:///FILE or "
+                        "postgresql://USER@HOST/DB)") from None
+    except ArgumentError:
+        raise UserError(f"the study storage {redacted_url(url)!r} is not a database URL "
+                        "(use sqlite:///FILE or postgresql://USER@HOST/DB)") from None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    if parsed.query.get("uri") or parsed.database.startswith("file:"):
+        return None  # a SQLite URI: SQLite reads it
+    return Path(parsed.database)
+
+
+def check_sqlite_file(path: Path) -> None:
+    """UserError unless `path` is missing (a new database) or a SQLite database. SQLite
+    itself takes a 0-byte file for a new database, and the studies once in it would be
+    gone without a word; another file it refuses only when first read."""
+    if path.is_dir():
+        raise UserError(f"the study database {path} is a folder, not a database file")
+    header = _header(path)
+    deadline = time.monotonic() + _NEW_FILE_WAIT_S
+    while header == b"" and _just_made(path) and time.monotonic() < deadline:
+        time.sleep(0.1)  # another process may be creating it right now: its schema comes
+        header = _header(path)
+    if header is None or header == _SQLITE_HEADER:
+        return
+    what = "is empty (0 bytes)" if header == b"" else "is not a SQLite database"
+    raise UserError(f"the study database {path} {what}: it holds no study; move it away "
+                    "if it should not be there, or give another --results or --storage")
+
+
+def _header(path: Path) -> bytes | None:
+    """The first bytes of `path` (b"" if it is empty), or None if there is no such file."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UserError(f"cannot read the study database {path}: {exc.strerror}") from exc
+
+
+def _just_made(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < _NEW_FILE_WAIT_S
+    except OSError:
+        return False
+
+
+def _remove_if_empty(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if path.stat().st_size == 0:
+            path.unlink()
 
 
 def _is_schema_race(error: Exception) -> bool:

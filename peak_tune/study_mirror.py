@@ -25,15 +25,18 @@ import sys
 import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import NoReturn
 
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage, InMemoryStorage
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
-from peak_tune.errors import UserError
-from peak_tune.piped_child import PipedChild, child_pipes
+from peak_tune.errors import EnvironmentFault, StorageFailed, UserError, environment_fault
+from peak_tune.piped_child import Message, PipedChild, child_pipes
+from peak_tune.storage import open_storage, redacted_url
 from peak_tune.study_batch import Unsupported, add_finished
 
 __all__ = ["StudyMirror", "open_mirrored_study"]
@@ -43,6 +46,7 @@ log = logging.getLogger(__name__)
 DRIVER_ATTR = "peak_tune:driver"  # system attribute: which driver finished the trial
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 _BATCH = 100  # trials written in one transaction at most
+_KEPT = "; every trial stored before is kept"
 
 
 class StudyMirror:
@@ -54,7 +58,9 @@ class StudyMirror:
         self.working = working
         self.persistent = persistent
         self.driver = uuid.uuid4().hex
-        self._failure = ""
+        self.url = url
+        self._failure: Exception | None = None  # why the writer stopped writing
+        self._stored: list[int] = []  # trials the writer has stored, not yet taken
         self._pulled: list[FrozenTrial] = []  # trials of other drivers, not yet taken in
         self._pulls_pending = 0
         self._closed = False
@@ -90,16 +96,28 @@ class StudyMirror:
 
     def finished(self, number: int) -> FrozenTrial:
         """Queue the working study's trial `number`, just told, for the persistent one;
-        that trial."""
+        that trial. `take_stored` says when it is there."""
         self._raise_failure()
         trial = self.working.get_trials(deepcopy=False)[number]
-        self._writer.send("trial", _copy(trial, {**trial.system_attrs,
-                                                 DRIVER_ATTR: self.driver}))
+        self._writer.send("trial", (number, _copy(trial, {**trial.system_attrs,
+                                                          DRIVER_ATTR: self.driver})))
         return trial
+
+    def take_stored(self) -> list[int]:
+        """The numbers of the trials stored since the last call, in the order stored
+        (once the storage has failed, those stored before; `finished` and `flush` raise)."""
+        while self._reply(block=False) is not None:
+            pass
+        stored, self._stored = self._stored, []
+        return stored
 
     def set_user_attr(self, key: str, value: object) -> None:
         self.working.set_user_attr(key, value)
-        self.persistent.set_user_attr(key, value)
+        try:
+            self.persistent.set_user_attr(key, value)
+        except Exception as error:
+            raise _storage_failure(error, f"storing the study attribute {key!r} in "
+                                          f"{redacted_url(self.url)}") from error
 
     def flush(self) -> None:
         """Wait until every queued trial is in the persistent study."""
@@ -140,8 +158,12 @@ class StudyMirror:
         if kind == "pulled":
             self._pulls_pending -= 1
             self._pulled.extend(payload)
-        elif kind == "failed":
-            self._failure = payload
+        elif kind == "stored":
+            self._stored.extend(payload)
+        elif kind == "failed" and self._failure is None:
+            fault, message = payload
+            self._failure = (EnvironmentFault(fault, message) if fault else
+                             StorageFailed(f"writing to the study storage failed: {message}"))
         return str(kind)
 
     def _writer_ended(self) -> NoReturn:
@@ -150,21 +172,17 @@ class StudyMirror:
                         "flush may be missing from the storage")
 
     def _raise_failure(self) -> None:
-        if self._failure:
-            raise UserError(f"writing to the study storage failed: {self._failure}")
+        if self._failure is not None:
+            raise self._failure
 
 
 def _serve(inbox: Connection, outbox: Connection) -> None:
     """The writer: trials in, in order; other drivers' trials out when asked; until the
     driver closes it or its end of the pipe goes away."""
-    from peak_tune.storage import open_storage
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     kind, (url, study_name, driver, known) = inbox.recv()
-    study = optuna.load_study(study_name=study_name, storage=open_storage(url))
-    failed = False
-    batched = True  # add_finished works with this Optuna (else Study.add_trial)
-    after: tuple[str, Any] | None = None  # a message read while batching trials
+    writer = _Writer(url, study_name, driver, known, outbox)
+    after: Message | None = None  # a message read while batching trials
     while True:
         if after is not None:
             (kind, payload), after = after, None
@@ -173,7 +191,7 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
                 kind, payload = inbox.recv()
             except EOFError:  # the driver is gone: everything it sent is written
                 return
-        if kind == "trial" and not failed:
+        if kind == "trial":
             trials = [payload]
             while len(trials) < _BATCH and inbox.poll():  # what has queued up meanwhile
                 try:
@@ -184,19 +202,9 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
                     after = message
                     break
                 trials.append(message[1])
-            try:
-                batched = _write(study, trials, batched)
-            except Exception as error:  # reported; the driver raises on its next call
-                failed = True
-                outbox.send(("failed", " ".join(str(error).split())[:500]))
+            writer.write(trials)
         elif kind == "pull":
-            fresh = []
-            for trial in study.get_trials(deepcopy=False, states=_FINISHED):
-                if trial._trial_id in known or trial.system_attrs.get(DRIVER_ATTR) == driver:
-                    continue
-                known.add(trial._trial_id)
-                fresh.append(_copy(trial, trial.system_attrs))
-            outbox.send(("pulled", fresh))
+            writer.pull()
         elif kind == "flush":
             outbox.send(("flushed", None))
         elif kind == "close":
@@ -204,14 +212,87 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
             return
 
 
-def _write(study: optuna.Study, trials: list[FrozenTrial], batched: bool) -> bool:
+class _Writer:
+    """The writer process's side of one persistent study. After its first failure it
+    writes nothing more (the driver stops on hearing of it), so what is stored is a prefix
+    of what the driver finished, and every trial it says is stored is there."""
+
+    def __init__(self, url: str, study_name: str, driver: str, known: set[int],
+                 outbox: Connection) -> None:
+        self.url = url
+        self.driver = driver
+        self.known = known
+        self.outbox = outbox
+        self.batched = True  # add_finished works with this Optuna (else Study.add_trial)
+        self.failed = False
+        self.study: optuna.Study | None = None
+        self._database = _sqlite_database(url)
+        self._identity = _file_identity(self._database)
+        try:
+            self.study = optuna.load_study(study_name=study_name, storage=open_storage(url))
+        except Exception as error:  # noqa: BLE001 - reported; the driver raises it
+            self._fail(error, "opening the study storage")
+
+    def write(self, trials: list[tuple[int, FrozenTrial]]) -> None:
+        if self.failed or self.study is None:
+            return
+        if self._database is not None and _file_identity(self._database) != self._identity:
+            self._fail(None, f"the study database {self._database} was deleted or replaced "
+                             f"during the run, so trial {trials[0][0]} and later ones cannot "
+                             "be stored; the run stops")
+            return
+        written: list[FrozenTrial] = []
+        numbers = [number for number, _ in trials]
+        try:
+            self.batched = _write(self.study, [t for _, t in trials], self.batched, written)
+        except Exception as error:  # noqa: BLE001 - reported; the driver raises it
+            if written:
+                self.outbox.send(("stored", numbers[:len(written)]))
+            self._fail(error, f"storing trial {numbers[len(written)]}")
+            return
+        self.outbox.send(("stored", numbers))
+
+    def pull(self) -> None:
+        fresh = []
+        try:
+            if self.study is not None and not self.failed:
+                for trial in self.study.get_trials(deepcopy=False, states=_FINISHED):
+                    if (trial._trial_id in self.known
+                            or trial.system_attrs.get(DRIVER_ATTR) == self.driver):
+                        continue
+                    self.known.add(trial._trial_id)
+                    fresh.append(_copy(trial, trial.system_attrs))
+        except Exception as error:  # noqa: BLE001 - reported; the driver raises it
+            self._fail(error, "reading the study storage")
+        self.outbox.send(("pulled", fresh))
+
+    def _fail(self, error: Exception | None, doing: str) -> None:
+        """Tell the driver why nothing more is written: (the fault's kind or None, one
+        line naming the storage)."""
+        self.failed = True
+        where = f"{doing} in {redacted_url(self.url)}"
+        if error is None:
+            self.outbox.send(("failed", (None, doing)))
+            return
+        fault = environment_fault(error, where)
+        if fault is not None:
+            self.outbox.send(("failed", (fault.kind, fault.message + _KEPT)))
+            return
+        reason = " ".join(str(_innermost(error)).split())[:500]
+        self.outbox.send(("failed", (None, f"{reason} ({where})")))
+
+
+def _write(study: optuna.Study, trials: list[FrozenTrial], batched: bool,
+           written: list[FrozenTrial] | None = None) -> bool:
     """Append `trials` in one transaction where this Optuna allows (see study_batch),
-    else one by one; whether the next batch may be written in one transaction. A batch
-    the storage refuses is written again one by one: the trials before the one at fault
-    are kept, and the error is that trial's."""
+    else one by one, adding to `written` those stored; whether the next batch may be
+    written in one transaction. A batch the storage refuses is written again one by one:
+    the trials before the one at fault are kept, and the error is that trial's."""
+    written = [] if written is None else written
     if batched:
         try:
             add_finished(study, trials)
+            written.extend(trials)
             return True
         except Unsupported as why:
             log.warning("writing trials one at a time: %s", why)
@@ -220,7 +301,30 @@ def _write(study: optuna.Study, trials: list[FrozenTrial], batched: bool) -> boo
             pass
     for trial in trials:
         study.add_trial(trial)
+        written.append(trial)
     return batched
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The error a database layer wrapped (Optuna's 'invalid data' hides the real one)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return getattr(error, "orig", None) or error
+
+
+def _sqlite_database(url: str) -> Path | None:
+    """The file of a SQLite storage URL (for the deleted-database check), or None."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or "?" in url or url == prefix + ":memory:":
+        return None
+    return Path(url[len(prefix):])
+
+
+def _file_identity(path: Path | None) -> tuple[int, int] | None:
+    try:
+        return None if path is None else (path.stat().st_dev, path.stat().st_ino)
+    except OSError:
+        return None
 
 
 def _copy(trial: FrozenTrial, system_attrs: dict[str, object]) -> FrozenTrial:
@@ -243,7 +347,10 @@ def open_mirrored_study(
     url = getattr(storage, "url", None)
     if not isinstance(url, str):
         raise UserError(f"the study storage must be a database URL, not {type(storage)}")
-    persistent = create(storage)
+    try:
+        persistent = create(storage)
+    except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as error:
+        raise _storage_failure(error, f"opening the study in {redacted_url(url)}") from error
     working = optuna.create_study(storage=InMemoryStorage(), sampler=sampler,
                                   directions=persistent.directions,
                                   study_name=persistent.study_name)
@@ -256,5 +363,15 @@ def open_mirrored_study(
     return StudyMirror(working, persistent, url, known)
 
 
+def _storage_failure(error: Exception, doing: str) -> Exception:
+    """`error` of a write the driver makes itself, as the run's one line."""
+    fault = environment_fault(error, doing)
+    if fault is not None:
+        return EnvironmentFault(fault.kind, fault.message + _KEPT)
+    reason = " ".join(str(_innermost(error)).split())[:500]
+    return StorageFailed(f"writing to the study storage failed: {reason} ({doing})")
+
+
 if __name__ == "__main__":  # the writer process: python -m peak_tune.study_mirror IN OUT
     _serve(*child_pipes(sys.argv))
+

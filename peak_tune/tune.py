@@ -40,10 +40,25 @@ from peak_tune.backends.base import (
 )
 from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
-from peak_tune.core import KernelContext, Measurement, Outcome, ProblemSize, Status
-from peak_tune.errors import ApplyError, EvaluationError, InvalidPoint, UserError
+from peak_tune.catalog.types import Transformation
+from peak_tune.core import (
+    KernelContext,
+    KernelSpec,
+    Measurement,
+    Outcome,
+    ProblemSize,
+    Status,
+)
+from peak_tune.errors import (
+    ApplyError,
+    EnvironmentFault,
+    EvaluationError,
+    InvalidPoint,
+    UserError,
+)
 from peak_tune.executors import EvalJob, Executor, LocalExecutor, choose_executor
-from peak_tune.harness.noise import measure_steadily
+from peak_tune.expr import evaluate_int
+from peak_tune.harness.noise import NoisePolicy, measure_steadily
 from peak_tune.harness.vendor import (
     VENDOR_ATTR,
     VendorClock,
@@ -54,7 +69,7 @@ from peak_tune.harness.vendor import (
     load_average,
     settle_own_processes,
 )
-from peak_tune.pipeline import Pipeline, PipelineSetup
+from peak_tune.pipeline import Pipeline, PipelineSetup, check_sequence
 from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES, AskAhead
 from peak_tune.search.focus import FixedFirst
 from peak_tune.search.polish import Polisher
@@ -81,6 +96,7 @@ log = logging.getLogger(__name__)
 SLOW_FACTOR = 2.0
 BUDGET_SCOPES = ("run", "study")
 PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
+SHOW_STORED_EVERY_S = 0.02  # how often a waiting driver looks for trials newly stored
 
 
 @dataclass(frozen=True)
@@ -169,6 +185,30 @@ def _settled(item: _Started) -> bool:
     return item.outcomes is None or item.outcomes.done()
 
 
+@dataclass
+class _ShownWhenStored:
+    """Told trials, handed to `on_trial` (the progress view) once the storage holds them,
+    in the order told: a trial shown is a trial stored, even when the storage fails."""
+
+    on_trial: Callable[[TrialRecord], None]
+    unshown: deque[TrialRecord] = field(default_factory=deque)
+    held: set[int] = field(default_factory=set)  # stored, not yet shown
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.unshown)
+
+    def told(self, record: TrialRecord) -> None:
+        self.unshown.append(record)
+
+    def stored(self, numbers: list[int]) -> None:
+        self.held.update(numbers)
+        while self.unshown and self.unshown[0].number in self.held:
+            record = self.unshown.popleft()
+            self.held.discard(record.number)
+            self.on_trial(record)
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """What one trial did, as the progress view and the summary see it."""
@@ -206,6 +246,47 @@ def _sizes(config: TuneConfig, symbols: tuple[str, ...], default: ProblemSize) -
     return sizes
 
 
+def _check_fixed_sequence(sequence: tuple[str, ...],
+                          transformations: Mapping[str, Transformation]) -> None:
+    try:
+        check_sequence(sequence, transformations)
+    except InvalidPoint as exc:
+        raise UserError(f"--sequence {','.join(sequence)}: {exc}") from None
+
+
+_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def _check_host_memory(spec: KernelSpec, sizes: list[ProblemSize], dtype: str) -> None:
+    """A size whose buffers alone need more memory than this host has is refused before
+    anything starts (the harness holds them, and a float64 reference, in host memory)."""
+    have = host_memory_bytes()
+    element = _ELEMENT_BYTES.get(dtype, 4)
+    buffers = [a for a in spec.args if a.kind == "buffer"]
+    for size in sizes:
+        values = size.as_dict()
+        need = sum(element * math.prod(evaluate_int(e, values) for e in a.shape)
+                   for a in buffers)
+        if have and need > have:
+            raise UserError(
+                f"size {size.label()} needs at least {need / 1e9:.1f} GB of host memory for "
+                f"its buffers ({', '.join(a.name for a in buffers)} in {dtype}), and this "
+                f"machine has {have / 1e9:.1f} GB: choose a smaller --size")
+
+
+def host_memory_bytes() -> int:
+    """This machine's memory, or its container's limit if lower (0: unknown)."""
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        have = 0
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        limit = "max"
+    return min(have, int(limit)) if limit.isdigit() and have else have
+
+
 def _default_device(catalog: Catalog, backend: str | None) -> str:
     """cpu without a backend or with c; otherwise the user must say which device."""
     if backend in (None, "c"):
@@ -218,7 +299,7 @@ def _default_device(catalog: Catalog, backend: str | None) -> str:
 
 def _reason(exc: BaseException) -> str:
     """Why the run stopped in a trial, as its failure message."""
-    return str(exc) if isinstance(exc, UserError) else "interrupted"
+    return str(exc) if isinstance(exc, (UserError, EnvironmentFault)) else "interrupted"
 
 
 def resumed_seed(seed: int, finished: int) -> int:
@@ -271,13 +352,17 @@ class TuneSession:
                                 f"{backend_name} (see `peak-tune transforms list`)")
         if config.only:
             self.transformations = {t: self.transformations[t] for t in config.only}
+        _check_fixed_sequence(config.sequence, self.transformations)
+        if config.replay is None:  # a replay allocates nothing
+            _check_host_memory(self.spec, self.sizes, config.dtype)
         _check_results_folder(config.results)
         self.backend: Backend = self._backend(backend_name)
         self.device = self.backend.probe()
         self.cache = Cache(config.results / "cache")
         self.applier = self._applier()
         setup = PipelineSetup(self.spec, config.dtype, self.device, self.transformations,
-                              config.eval_config, config.samples)
+                              config.eval_config, config.samples,
+                              NoisePolicy.off() if config.replay else NoisePolicy())
         self.pipeline = Pipeline(setup, self.backend, self.applier, self.cache)
         self.encoding = self._encoding()
         try:
@@ -574,10 +659,10 @@ class TuneSession:
             names.append(name)
             return measurement
 
-        steady = measure_steadily(once, self.pipeline.setup.noise)
+        steady = measure_steadily(once, self.pipeline.setup.noise, watch_load=True)
         return names[-1], VendorTiming(
             steady.measurement.samples_ms, steady.measurement.flops, time.time(),
-            load_average(), reason, steady.noisy, steady.remeasured)
+            load_average(), reason, steady.why, steady.remeasured, steady.busy_cores)
 
     def _publish_vendor(self) -> None:
         """The chosen timing per size for the summary and progress; the figures into the
@@ -606,6 +691,7 @@ class TuneSession:
         asked = 0
         pending: deque[_Started] = deque()
         clock = self.loop_seconds
+        shown = _ShownWhenStored(on_trial)
         try:
             while True:
                 while (len(pending) < self.window and asked < trials
@@ -620,16 +706,18 @@ class TuneSession:
                     break
                 began = time.perf_counter()
                 item = self._next_to_tell(pending)
+                self._show_while_waiting(item, shown)
                 record = self._finish(item)
                 told = time.perf_counter()
                 self._tell(item.trial, record)
+                pending.remove(item)  # told: sent to the storage, shown once stored
+                shown.told(record)
                 self.retime_vendor_if_due(item.trial, record)
                 self._offer_to_polisher(item, record)
                 clock["waiting"] += told - began
                 clock["telling"] += time.perf_counter() - told
-                pending.remove(item)
                 self._journal_llm_calls()
-                on_trial(record)
+                shown.stored(self.mirror.take_stored())
         except BaseException as exc:
             self._journal_llm_calls()  # the calls of the stopped trials cost too
             for item in pending:
@@ -640,7 +728,19 @@ class TuneSession:
                 self._fail_unfinished(item.trial, _reason(exc))
             raise
         finally:
-            self.mirror.flush()
+            try:
+                self.mirror.flush()
+            finally:  # what the storage holds, also when it failed
+                shown.stored(self.mirror.take_stored())
+
+    def _show_while_waiting(self, item: _Started, shown: _ShownWhenStored) -> None:
+        """While `item` still runs, show the trials told before it as the storage takes
+        them in (a few milliseconds after they are told), not one trial late."""
+        while shown.waiting and not _settled(item):
+            running: list[Future[Any]] = [f for f in (item.prepared, item.outcomes)
+                                          if f is not None]
+            wait(running, timeout=SHOW_STORED_EVERY_S)
+            shown.stored(self.mirror.take_stored())
 
     def _next_to_tell(self, pending: deque[_Started]) -> _Started:
         """The oldest trial, or, telling as trials finish, the oldest finished one (after
@@ -739,10 +839,13 @@ class TuneSession:
         disturb it), else one per host core."""
         if self.config.compile_workers > 0:
             return self.config.compile_workers
-        return 1 if self.backend.name == "c" else max(1, os.cpu_count() or 1)
+        return 1 if self.backend.capabilities.on_host else max(1, os.cpu_count() or 1)
 
     def _fail_unfinished(self, trial: optuna.Trial, reason: str) -> None:
-        """Mark a trial the run stopped in as failed, so the study holds no RUNNING trial."""
+        """Mark a trial the run stopped in as failed, so the study holds no RUNNING trial
+        (one already told, and sent to the storage, is left as it is)."""
+        if self.study.get_trials(deepcopy=False)[trial.number].state.is_finished():
+            return
         if "status" not in trial.user_attrs:
             trial.set_user_attr("status", "interrupted")
             trial.set_user_attr("message", reason[:500])
@@ -909,7 +1012,9 @@ class TuneSession:
     def backend_tool(self, name: str) -> Callable[[Artifact, EvalRequest], Any]:
         """The backend's `sanitize` or `profile`; UserError naming the option if it has
         none (the CLI asks before the run, so a wrong option costs no trial)."""
-        tool = getattr(self.backend, name, None)
+        offered = {"sanitize": self.backend.capabilities.sanitizer,
+                   "profile": self.backend.capabilities.profiler}
+        tool = getattr(self.backend, name, None) if offered.get(name) else None
         if tool is None:
             raise UserError(f"--{name} is not available on the {self.backend.name} backend")
         return cast(Callable[[Artifact, EvalRequest], Any], tool)

@@ -3,13 +3,15 @@
 The first check of a (spec, size, dtype, seed) builds its inputs with
 validation.make_problem and its float64 reference with compute_expected, exactly as a
 host backend would, and uploads them once (a `Reference`): each buffer's pristine guarded
-storage (inputs, sentinel guards, NaN-poisoned outputs), and per output the expected
+storage (inputs, NaN input pads, sentinel output guards, poisoned outputs), and per output the expected
 values and the allowed error per element, in float64. Every check copies the pristine
 storage device to device into fresh allocations, so each run starts from the same
 guarded, poisoned state as a freshly generated problem; after the run the device
 compares the guards and the inputs with the pristine bytes and each output with
 |out - expected| <= bound (NaN fails), and only a few counts come back. The caller
 downloads the run and lets validation.check_outputs name a failure in its usual words.
+The float64 reference is computed on the device (`expected_on_device`), from inputs the
+host made: the seeds are the worker's secret (see _cuda_device), so each is new to it.
 
 A stray write could land in the cached arrays themselves: every check also sums each
 cached array (as unsigned words) and compares with the sums taken at upload, so a changed
@@ -27,12 +29,15 @@ from typing import Any
 import numpy as np
 
 from peak_tune.core import ArgSpec, KernelSpec, ProblemSize
+from peak_tune.expr import evaluate
+from peak_tune.harness.values import float_format
 from peak_tune.validation import (
-    GUARD_ELEMENTS,
     Expected,
     Problem,
     compute_expected,
+    guard_elements,
     make_problem,
+    numpy_dtype,
     size_label,
 )
 
@@ -40,7 +45,8 @@ __all__ = ["REFERENCE_BUDGET_BYTES", "Reference", "ReferenceCache", "failure_cou
 
 _log = logging.getLogger(__name__)
 
-REFERENCE_BUDGET_BYTES = 8 << 30  # device bytes of references kept; the oldest go first
+REFERENCE_BUDGET_BYTES = 40 << 30  # device bytes of references kept; the oldest go first
+# (every timed run has a reference of its own: 7 at 8192 fp32 are 13 GB)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,39 @@ def _word_sums(arrays: list[Any]) -> Any:
     return cupy.stack(sums) if sums else cupy.zeros(0, cupy.uint64)
 
 
+def expected_on_device(problem: Problem) -> Expected:
+    """compute_expected's float64 reference and bounds, computed on the GPU (cupy arrays:
+    seconds on the host at 4096, milliseconds here); the host's where the expression
+    needs what cupy lacks."""
+    import cupy
+
+    spec = problem.spec
+    try:
+        names: dict[str, Any] = {**problem.size.as_dict(), **problem.scalars}
+        names.update({n: cupy.asarray(a).astype(cupy.float64)
+                      for n, a in problem.originals.items()})
+        values = _outputs(problem, evaluate(spec.reference, names))
+        scales = _outputs(problem, evaluate(spec.error_scale, names))
+    except (TypeError, ValueError, AttributeError):
+        return compute_expected(problem)
+    tolerance = float(spec.tolerances[problem.dtype])
+    epsilon = float_format(numpy_dtype(problem.dtype)).epsilon
+    bounds = {n: tolerance * cupy.abs(v) + epsilon * cupy.abs(values[n]) + 1e-30
+              for n, v in scales.items()}
+    return Expected(values, bounds)
+
+
+def _outputs(problem: Problem, result: Any) -> dict[str, Any]:
+    import cupy
+
+    results = list(result) if isinstance(result, tuple | list) else [result]
+    if len(results) != len(problem.outputs):
+        raise ValueError("outputs")
+    return {b.arg.name: cupy.ascontiguousarray(cupy.broadcast_to(
+        cupy.asarray(r, dtype=cupy.float64), b.shape)) for b, r in zip(problem.outputs,
+                                                                         results, strict=True)}
+
+
 def upload(problem: Problem, expected: Expected | None) -> Reference:
     """The problem's guarded buffers on the device; with `expected`, its values, bounds
     and the word sums of everything uploaded (None: copies alone, no device kernels)."""
@@ -92,9 +131,9 @@ def upload(problem: Problem, expected: Expected | None) -> Reference:
     values: dict[str, Any] = {}
     bounds: dict[str, Any] = {}
     if expected is not None:
-        values = {n: cupy.asarray(np.ascontiguousarray(v).ravel())
+        values = {n: cupy.ascontiguousarray(cupy.asarray(v)).ravel()
                   for n, v in expected.values.items()}
-        bounds = {n: cupy.asarray(np.ascontiguousarray(v).ravel())
+        bounds = {n: cupy.ascontiguousarray(cupy.asarray(v)).ravel()
                   for n, v in expected.bounds.items()}
     reference = Reference(problem.spec, problem.size, problem.dtype, int(problem.seed or 0),
                           dict(problem.scalars), shapes, pristine, values, bounds, None)
@@ -118,7 +157,7 @@ class ReferenceCache:
             self.entries.move_to_end(key)
             return found
         problem = make_problem(spec, size, dtype, seed)
-        reference = upload(problem, compute_expected(problem))
+        reference = upload(problem, expected_on_device(problem))
         self.entries[key] = reference
         while len(self.entries) > 1 and self.nbytes > self.budget_bytes:
             self.entries.popitem(last=False)
@@ -130,16 +169,37 @@ class ReferenceCache:
     def nbytes(self) -> int:
         return sum(r.nbytes for r in self.entries.values())
 
-    def changed(self) -> Any:
-        """How many cached arrays no longer hold what was uploaded (a device scalar)."""
+    def changed(self, used: list[Reference] | None = None) -> Any:
+        """How many of the cached arrays (of `used`, else all) no longer hold what was
+        uploaded (a device scalar)."""
         import cupy
 
         counts = [cupy.count_nonzero(_word_sums(r.arrays()) != r.sums)
-                  for r in self.entries.values()]
+                  for r in (used if used is not None else self.entries.values())]
         return sum(counts[1:], counts[0]) if counts else cupy.zeros((), cupy.int64)
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+_KERNELS: dict[str, Any] = {}
+
+
+def _kernel(name: str) -> Any:
+    """Fused reductions (one pass over the data each): words that differ, and output
+    elements off by more than their bound (NaN counts as off)."""
+    if not _KERNELS:
+        import cupy
+
+        _KERNELS["differ"] = cupy.ReductionKernel(
+            "T a, T b", "int64 count", "a != b ? 1 : 0", "a + b", "count = a", "0",
+            "peak_tune_words_differ")
+        for label, cast in (("off", "(double)out"), ("off_half", "(double)(float)out")):
+            _KERNELS[label] = cupy.ReductionKernel(
+                "T out, float64 expected, float64 bound", "int64 count",
+                f"!(fabs({cast} - expected) <= bound) ? 1 : 0", "a + b", "count = a", "0",
+                f"peak_tune_{label}")
+    return _KERNELS[name]
 
 
 def failure_count(reference: Reference, storage: dict[str, Any]) -> Any:
@@ -147,18 +207,20 @@ def failure_count(reference: Reference, storage: dict[str, Any]) -> Any:
     device (a scalar): guards changed, inputs changed, outputs off or NaN."""
     import cupy
 
+    differ = _kernel("differ")
     counts = []
     for arg in reference.buffers:
-        raw = storage[arg.name].view(cupy.uint8)
-        pristine = reference.pristine[arg.name].view(cupy.uint8)
+        data = storage[arg.name]
+        words = f"uint{8 * data.itemsize}"
+        raw, pristine = data.view(words), reference.pristine[arg.name].view(words)
         if arg.intent == "in":  # guards and contents alike
-            counts.append(cupy.count_nonzero(raw != pristine))
+            counts.append(differ(raw, pristine))
             continue
-        guard = GUARD_ELEMENTS * storage[arg.name].itemsize
-        counts.append(cupy.count_nonzero(raw[:guard] != pristine[:guard]))
-        counts.append(cupy.count_nonzero(raw[-guard:] != pristine[-guard:]))
+        guard = guard_elements(data.itemsize)
+        counts.append(differ(raw[:guard], pristine[:guard]))
+        counts.append(differ(raw[-guard:], pristine[-guard:]))
         count = int(np.prod(reference.shapes[arg.name], dtype=np.int64))
-        out = storage[arg.name][GUARD_ELEMENTS:GUARD_ELEMENTS + count].astype(cupy.float64)
-        error = cupy.abs(out - reference.expected[arg.name])
-        counts.append(cupy.count_nonzero(~(error <= reference.bounds[arg.name])))
+        off = _kernel("off_half" if data.itemsize == 2 else "off")
+        counts.append(off(data[guard:guard + count], reference.expected[arg.name],
+                          reference.bounds[arg.name]))
     return sum(counts[1:], counts[0]) if counts else cupy.zeros((), cupy.int64)

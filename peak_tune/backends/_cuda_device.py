@@ -2,24 +2,28 @@
 
 Validation: each buffer, with its guard regions (validation.GuardedBuffer's sentinel
 bytes), is one device allocation and the kernel gets a pointer past the front guard;
-outputs arrive poisoned with NaN. The inputs of a seed are made once by
+outputs arrive poisoned with random values. The inputs of a seed are made once by
 validation.make_problem and kept on the device with their float64 reference
 (peak_tune.backends._cuda_check); each check copies them device to device into fresh
 allocations, and after the run the device compares guards, inputs and outputs; only a
 failing run comes back to the host, where validation.check_outputs names the failure.
 
-Timing: on one non-default stream, for each run: outputs poisoned (memset 0xFF, a NaN in
-every float type), L2 flushed by writing a buffer twice its size, then CUDA events around
-the launch alone on that stream; `warmup` runs first, at most `repeats` timed runs, and
-the last timed run's output is checked (inputs of another seed than the validation's: a
-kernel that hands back a result it kept cannot pass both). Kernels and cuBLAS go through
-the same code.
+Seeds are secret: the worker draws a random base at start (`state.seed_base`), and the
+parent's seed only picks an offset from it, so no kernel can carry answers for them.
+
+Timing: on one non-default stream, for each run: fresh buffers copied from a reference
+of its own (every timed run has inputs no other run of the evaluation had), outputs
+poisoned with a byte that changes from run to run, L2 flushed by writing a buffer twice
+its size, then CUDA events around the launch alone on that stream; `warmup` runs first,
+at most `repeats` timed runs, and EVERY run's output is checked on the device against its
+own reference (the counts are added up on the device; one synchronisation at the end).
+Kernels and cuBLAS go through the same code.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -32,12 +36,13 @@ from peak_tune.backends._cuda_tma import TENSOR_MAP_BYTES, encode, layout_for
 from peak_tune.backends._wire import Timing
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, KernelCrash, UserError
+from peak_tune.harness.values import secret_seed
 from peak_tune.validation import (
-    GUARD_ELEMENTS,
     OutOfBounds,
     Problem,
     check_outputs,
     compute_expected,
+    guard_elements,
     make_problem,
 )
 
@@ -45,7 +50,8 @@ __all__ = ["Binder", "Call", "DeviceFault", "DeviceProblem", "Timing", "cupy_mod
            "device_errors", "guarded", "in_stream", "phase", "phases_ms", "references",
            "state", "time_then_check", "validate"]
 
-_POISON_BYTE = 0xFF  # 0xFF..FF is a NaN in float16, float32 and float64
+_POISON_BYTES = (0xFF, 0x7F, 0x3C, 0xC4, 0x41, 0xBE)  # NaN, huge, ~0.01, ~-600, 12, -0.4
+_POOL_OFFSET = 1000  # timed runs' seeds: base + this + run index
 _INT_LIMIT = 2**31
 _MIN_FLUSH_BYTES = 8 << 20
 
@@ -64,6 +70,8 @@ class _State:
     stream: Any = None  # every copy, launch and event of this process goes here
     flush: Any = None  # device buffer twice the L2 size
     shared_limit: int = 0  # bytes of shared memory a block may opt in to
+    seed_base: int = 0  # secret: every seed of this process is base + an offset
+    round: int = 0  # runs so far: picks the poison byte
 
 
 state = _State()
@@ -91,6 +99,7 @@ def cupy_module() -> Any:
         flush_bytes = max(2 * int(props["l2CacheSize"]), _MIN_FLUSH_BYTES)
         state.flush = cupy.empty(flush_bytes, np.uint8)
         state.shared_limit = int(props["sharedMemPerBlockOptin"])
+        state.seed_base = secret_seed()
         state.cp = cupy
     return state.cp
 
@@ -127,22 +136,26 @@ class DeviceProblem:
                 self.storage[arg.name] = cp.empty_like(pristine)
                 copy_on_device(self.storage[arg.name], pristine)
                 count = int(np.prod(reference.shapes[arg.name], dtype=np.int64))
-                self.inner[arg.name] = self.storage[arg.name][GUARD_ELEMENTS:
-                                                              GUARD_ELEMENTS + count]
+                guard = guard_elements(pristine.itemsize)
+                self.inner[arg.name] = self.storage[arg.name][guard:guard + count]
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.reference.shapes[name]
 
     def poison_outputs(self) -> None:
-        """Outputs NaN again (inout buffers: their inputs again), on the device."""
+        """Outputs poisoned again with this round's byte (inout buffers: their inputs
+        again), on the device."""
         cp = cupy_module()
+        state.round += 1
+        byte = _POISON_BYTES[state.round % len(_POISON_BYTES)]
         for arg in self.reference.buffers:
             inner = self.inner[arg.name]
             if arg.intent == "inout":
                 pristine = self.reference.pristine[arg.name]
-                copy_on_device(inner, pristine[GUARD_ELEMENTS:GUARD_ELEMENTS + inner.size])
+                guard = guard_elements(pristine.itemsize)
+                copy_on_device(inner, pristine[guard:guard + inner.size])
             elif arg.intent == "out" and inner.nbytes:
-                cp.cuda.runtime.memsetAsync(inner.data.ptr, _POISON_BYTE, inner.nbytes,
+                cp.cuda.runtime.memsetAsync(inner.data.ptr, byte, inner.nbytes,
                                             state.stream.ptr)
 
     def kernel_args(self) -> tuple[Any, ...]:
@@ -174,23 +187,34 @@ class DeviceProblem:
         tensor_map.set(np.frombuffer(encode(layout), np.uint8), stream=state.stream)
         return tensor_map
 
-    def check(self) -> None:
-        """Raise WrongResult (OutOfBounds for stray writes) unless the run was correct:
-        counted on the device; a failure is downloaded and named by check_outputs."""
+    def failures(self) -> Any:
+        """How many bytes and elements of this run fail (a device scalar, not waited for)."""
+        return failure_count(self.reference, self.storage)
+
+    def check(self, others: Sequence[DeviceProblem] = ()) -> None:
+        """Raise WrongResult (OutOfBounds for stray writes) unless this run (and each of
+        `others`) was correct: counted on the device; a failure is downloaded and named
+        by check_outputs."""
         cp = cupy_module()
+        runs = [*others, self]
         with state.stream:
-            counts = cp.stack([references.changed(),
-                               failure_count(self.reference, self.storage)])
-            changed, failures = (int(n) for n in counts.get(stream=state.stream))
+            counts = cp.stack([references.changed([r.reference for r in runs]),
+                               *[r.failures() for r in runs]])
+            changed, *failures = (int(n) for n in counts.get(stream=state.stream))
         if changed:
             references.clear()
             raise OutOfBounds(f"wrote out of bounds: device memory outside the buffers "
                               f"changed at {self.reference.label} (validation data)")
-        if failures:
-            ref = self.reference
-            self.check_on_host(make_problem(ref.spec, ref.size, ref.dtype, ref.seed))
-            raise RuntimeError(f"validation at {ref.label}: the device found a difference "
-                               "that the host check does not see")
+        for run, failed in zip(runs, failures, strict=True):
+            if failed:
+                run.fail()
+
+    def fail(self) -> None:
+        """This run failed on the device: name the failure on the host."""
+        ref = self.reference
+        self.check_on_host(make_problem(ref.spec, ref.size, ref.dtype, ref.seed))
+        raise RuntimeError(f"validation at {ref.label}: the device found a difference "
+                           "that the host check does not see")
 
     def check_on_host(self, problem: Problem) -> None:
         """Download every allocation, guards included, into `problem` (made from the same
@@ -237,7 +261,7 @@ def validate(
     """Fresh guarded buffers from the seed's inputs, poisoned outputs: run once and check
     (raises WrongResult); the run's wall time in ms. `on_host`: nothing cached, checked
     on the host, so the device runs the copies and the kernel alone (compute-sanitizer)."""
-    problem = make_problem(spec, size, dtype, seed) if on_host else None
+    problem = make_problem(spec, size, dtype, secret_seed()) if on_host else None
     device = _device_problem(spec, size, dtype, seed, problem)
     began = time.perf_counter()
     with phase("run"):
@@ -258,27 +282,26 @@ def _device_problem(
     with phase("inputs"), state.stream:  # uploads and copies in order on our stream
         if problem is not None:
             return DeviceProblem(upload(problem, None))
-        return DeviceProblem(references.get(spec, size, dtype, seed))
+        return DeviceProblem(references.get(spec, size, dtype, state.seed_base + seed))
 
 
 def time_then_check(
     spec: KernelSpec, size: ProblemSize, dtype: str, seed: int, bind: Binder, timing: Timing,
     validated_ms: float = 0.0,
 ) -> list[float]:
-    """Samples in ms (CUDA events around each launch), then the last output checked.
-    `validated_ms`: how long the validation run just before took; a kernel slower than
-    the slow cutoff is warm from it and gets its single timed run without a warm-up."""
+    """Samples in ms (CUDA events around each launch), every run on inputs of its own and
+    checked. `validated_ms`: how long the validation run just before took; a kernel
+    slower than the slow cutoff is warm from it and gets its single timed run without a
+    warm-up. `seed` is unused: the runs' seeds are this process's own pool."""
     cp = cupy_module()
-    device = _device_problem(spec, size, dtype, seed, None)
-    run = bind(device)
     start, end = cp.cuda.Event(), cp.cuda.Event()
-    rounds = 0
+    done: list[DeviceProblem] = []
 
     def timed() -> float:
-        nonlocal rounds
-        rounds += 1
+        device = _device_problem(spec, size, dtype, _POOL_OFFSET + len(done), None)
+        run = bind(device)
         device.poison_outputs()
-        _flush_l2(rounds)
+        _flush_l2(state.round)
 
         def launch() -> None:
             start.record(state.stream)
@@ -286,6 +309,7 @@ def time_then_check(
             end.record(state.stream)
 
         guarded(launch)
+        done.append(device)
         return float(cp.cuda.get_elapsed_time(start, end))
 
     with phase("timing"):
@@ -303,5 +327,5 @@ def time_then_check(
                 estimate_ms = samples_ms[0]
                 target = timing.repeat_count(estimate_ms)
     with phase("check"):
-        device.check()
+        done[-1].check(done[:-1])
     return samples_ms

@@ -10,7 +10,28 @@ from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
 
 __all__ = ["BUILD_BUDGET", "BUILD_BUDGET_AFTER", "BUILD_BUDGET_FLOOR_S", "OVER_BUDGET",
-           "Artifact", "Backend", "EvalConfig", "EvalRequest", "over_budget_message"]
+           "Artifact", "Backend", "Capabilities", "EvalConfig", "EvalRequest",
+           "over_budget_message"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend is and offers, declared instead of tested by name or probed.
+
+    `on_host`: kernels are timed on this machine's CPU (a study of it runs alone, builds
+    one at a time, and on Ray builds where it times). `host_code`: kernels are host code
+    that can fork and reach the worker's memory, so their runs are judged in another
+    process (peak_tune.harness.host_judge); GPU kernels cannot, and are judged on the
+    device. `launch_region`: variants have a launch region (grid, block) an applier may
+    edit. `sanitizer`, `profiler`: the backend has `sanitize` and `profile`.
+    `tensor_maps`: it encodes TMA tensor maps for the kernels that ask."""
+
+    on_host: bool
+    host_code: bool
+    launch_region: bool
+    sanitizer: bool = False
+    profiler: bool = False
+    tensor_maps: bool = False
 
 
 @dataclass(frozen=True)
@@ -24,6 +45,8 @@ class EvalConfig:
     # A kernel whose first run takes longer than this is clearly not competitive: it is
     # timed once instead of `repeats` times (0: off). The search sets it from the best.
     slow_cutoff_ms: float = 0.0
+    # Offset of the first validation seed from the harness's secret seeds (never the
+    # seed itself: a kernel must not know its inputs in advance).
     validation_seed: int = 0
 
 
@@ -77,6 +100,7 @@ class Backend(Protocol):
     """A backend driver. Errors are typed (peak_tune.errors); the runner maps them."""
 
     name: str
+    capabilities: Capabilities
 
     def probe(self) -> DeviceProfile:
         """The device this backend drives here; raises BackendUnavailable if none."""

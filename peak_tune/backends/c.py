@@ -17,6 +17,7 @@ import platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -28,15 +29,27 @@ from pathlib import Path
 
 from peak_tune.backends._wire import Timing, config_to_wire, macro_flags, measurement_from_reply
 from peak_tune.backends._worker import WorkerProcess
-from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest, over_budget_message
+from peak_tune.backends.base import (
+    Artifact,
+    Capabilities,
+    EvalConfig,
+    EvalRequest,
+    over_budget_message,
+)
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
 from peak_tune.errors import (
+    COMPILER_KILLED,
+    DISK_FULL,
+    FILE_SIZE_LIMIT,
+    OUT_OF_MEMORY,
     BackendUnavailable,
     BuildOverBudget,
     CompileError,
+    EnvironmentFault,
     UserError,
     WrongResult,
+    environment_fault,
 )
 from peak_tune.harness.host_judge import HostJudge, RunTarget
 from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
@@ -87,6 +100,7 @@ class CBackend:
     """
 
     name = "c"
+    capabilities = Capabilities(on_host=True, host_code=True, launch_region=False)
 
     def __init__(self, profile: DeviceProfile) -> None:
         self._profile = profile
@@ -164,25 +178,42 @@ class CBackend:
             "device": [host.cpu_model, host.profile.facts.get("isa", "")],  # -march=native
         })
         build = Path(build_dir).absolute()  # the worker may not share our cwd later
-        build.mkdir(parents=True, exist_ok=True)
         library, log_path = build / f"{key}.so", build / f"{key}.log"
         if library.exists():
             log = log_path.read_text() if log_path.exists() else ""
             return Artifact(str(library), key, log=log, reused=True)
-        source = build / f"{key}.c"
-        _write_atomically(source, context.source)
-        temporary = build / f".{key}.{os.getpid()}.{uuid.uuid4().hex}.so"
-        command = [*host.toolchain.command, *FLAGS, *defines, "-o", str(temporary), str(source),
-                   *_LIBS]
+        compiler = [*host.toolchain.command, *FLAGS, *defines]
         try:
-            with self._calls:  # never beside a timing on this CPU (an LLM's result check)
-                log = _run_compiler(command, time_limit_s)
-            _write_atomically(log_path, log)
-            os.replace(temporary, library)
-        finally:
-            temporary.unlink(missing_ok=True)
+            log = self._build(compiler, context.source, library, time_limit_s)
+        except CompileError:
+            if library.with_suffix(".c").is_file():
+                raise
+            # its source is gone: the build folder was deleted while the compiler ran (a
+            # user clearing the cache), which is no fault of the kernel; build it again
+            log = self._build(compiler, context.source, library, time_limit_s)
+        _write_atomically(log_path, log)
         _log.debug("compiled %s", library)
         return Artifact(str(library), key, log=log)
+
+    def _build(self, compiler: list[str], text: str, library: Path, time_limit_s: float
+               ) -> str:
+        """Write the source beside `library` and compile it into `library`; the log."""
+        source = library.with_suffix(".c")
+        _write_atomically(source, text)
+        temporary = library.with_name(f".{library.stem}.{os.getpid()}.{uuid.uuid4().hex}.so")
+        try:
+            with self._calls:  # never beside a timing on this CPU (an LLM's result check)
+                log = _run_compiler([*compiler, "-o", str(temporary), str(source), *_LIBS],
+                                    time_limit_s)
+            os.replace(temporary, library)
+        except OSError as exc:
+            fault = environment_fault(exc, f"building {library}")
+            if fault is None:
+                raise
+            raise fault from exc
+        finally:
+            temporary.unlink(missing_ok=True)
+        return log
 
     # ------------------------------------------------------------ run
 
@@ -247,26 +278,95 @@ class CBackend:
 
 def _run_compiler(command: list[str], time_limit_s: float = 0.0) -> str:
     """Run the compiler; its log, or CompileError naming the first error (BuildOverBudget
-    when it outlasts a `time_limit_s` shorter than COMPILE_TIMEOUT_S)."""
+    when it outlasts a `time_limit_s` shorter than COMPILE_TIMEOUT_S; EnvironmentFault when
+    the disk or memory ran out or the compiler was killed)."""
     shown = "$ " + shlex.join(command) + "\n"
     budget = 0 < time_limit_s < COMPILE_TIMEOUT_S
     try:
-        # a session of its own: the first Ctrl-C at a terminal lets the trial finish, so
-        # it must not kill the compiler and make the trial a compile error
-        done = subprocess.run(command, capture_output=True, text=True,
-                              env={**os.environ, "LC_ALL": "C"},  # plain ASCII messages
-                              timeout=time_limit_s if budget else COMPILE_TIMEOUT_S,
-                              check=False, start_new_session=True)
+        returncode, log = _run_process_group(
+            command, time_limit_s if budget else COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         if budget:
             raise BuildOverBudget(over_budget_message(time_limit_s)) from None
         raise CompileError(f"compile error: compiler timed out after {COMPILE_TIMEOUT_S:g} s",
                            detail=shown) from exc
-    log = done.stdout + done.stderr
-    if done.returncode != 0:
-        raise CompileError(f"compile error: {_first_error(log, done.returncode)}",
+    except OSError as exc:  # it could not even start (no memory to fork, say)
+        raise environment_fault(exc, f"starting {command[0]}") or BackendUnavailable(
+            f"cannot run {command[0]}: {exc.strerror}") from exc
+    fault = _environment_fault(log, returncode)
+    if fault is not None:
+        raise fault
+    if returncode != 0:
+        raise CompileError(f"compile error: {_first_error(log, returncode)}",
                            detail=shown + log)
     return log
+
+
+def _run_process_group(command: list[str], timeout_s: float) -> tuple[int, str]:
+    """(exit status, stdout and stderr) of `command`, run in a session of its own: the
+    first Ctrl-C at a terminal lets the trial finish, so it must not kill the compiler and
+    make the trial a compile error. Past `timeout_s` (or on any exception here) the whole
+    process group is killed: gcc alone would leave its cc1 running at 100% of a core."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "LC_ALL": "C"},  # plain ASCII messages
+                          start_new_session=True) as process:
+        try:
+            out, err = process.communicate(timeout=timeout_s)
+        except BaseException:
+            _kill_group(process.pid)  # before the leader is reaped: its id is still ours
+            process.communicate()
+            raise
+        if process.returncode < 0:  # gcc itself was killed: its children may live on
+            _kill_group(process.pid)
+    return process.returncode, out + err
+
+
+def _kill_group(group: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
+
+
+# What gcc, as and ld print when the machine, not the source, made a build fail. Their
+# output is the only signal, so this table and `_environment_fault` are the one place
+# that reads it; lines about the source itself (an `#error` of the kernel) are skipped.
+_FAULT_WORDS = (
+    ("No space left on device", DISK_FULL),
+    ("Disk quota exceeded", DISK_FULL),
+    ("File size limit exceeded", FILE_SIZE_LIMIT),
+    ("File too large", FILE_SIZE_LIMIT),
+    ("virtual memory exhausted", OUT_OF_MEMORY),
+    ("out of memory allocating", OUT_OF_MEMORY),
+    ("Cannot allocate memory", OUT_OF_MEMORY),
+    ("Killed signal terminated program", COMPILER_KILLED),
+    ("Terminated signal terminated program", COMPILER_KILLED),
+)
+_ABOUT_THE_SOURCE = re.compile(r"^(?:[^\s:]+:\d+:(?:\d+:)? |\s*\d*\s*\|)")
+
+
+def _environment_fault(log: str, returncode: int) -> EnvironmentFault | None:
+    """The fault of the machine that a failed build's log or exit status shows, or None."""
+    if returncode == 0:
+        return None
+    if returncode < 0:
+        how = _signal_name(-returncode)
+        if -returncode == signal.SIGXFSZ:
+            return EnvironmentFault(FILE_SIZE_LIMIT, f"the compiler was stopped by {how}")
+        return EnvironmentFault(COMPILER_KILLED, f"the compiler was killed by {how} (by "
+                                "the out-of-memory killer, or from outside)")
+    for line in log.splitlines():
+        if _ABOUT_THE_SOURCE.match(line):
+            continue
+        for words, kind in _FAULT_WORDS:
+            if words in line:
+                return EnvironmentFault(kind, f"the build failed: {line.strip()}")
+    return None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _first_error(log: str, returncode: int) -> str:
@@ -282,9 +382,19 @@ def _first_error(log: str, returncode: int) -> str:
 
 
 def _write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary name (its folder made if it was
+    deleted); a full disk is an EnvironmentFault."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        fault = environment_fault(exc, f"writing {path}")
+        if fault is None:
+            raise
+        raise fault from exc
 
 
 def _find_compiler() -> _Toolchain:

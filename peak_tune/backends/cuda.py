@@ -40,7 +40,7 @@ from peak_tune.backends._nvrtc import include_dir, nvrtc_version
 from peak_tune.backends._nvrtc_process import build_cubin, write_atomically
 from peak_tune.backends._wire import config_to_wire, macro_flags, measurement_from_reply
 from peak_tune.backends._worker import WorkerProcess, _child_env, spec_to_wire
-from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
+from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
 from peak_tune.errors import (
@@ -81,6 +81,8 @@ class CudaBackend:
     """
 
     name = "cuda"
+    capabilities = Capabilities(on_host=False, host_code=False, launch_region=True,
+                                sanitizer=True, profiler=True, tensor_maps=True)
 
     def __init__(self, profile: DeviceProfile) -> None:
         self._profile = profile

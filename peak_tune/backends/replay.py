@@ -9,11 +9,13 @@ nothing is invented.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from peak_tune.backends import capabilities
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
@@ -49,6 +51,8 @@ class ReplayBackend:
         except (OSError, json.JSONDecodeError) as exc:
             raise UserError(f"cannot read recording {recording}: {exc}") from exc
         self.name = str(data.get("backend", "c"))
+        self.capabilities = dataclasses.replace(capabilities(self.name), sanitizer=False,
+                                                profiler=False)
         self.device = device
         self.recording = recording
         self.data = data

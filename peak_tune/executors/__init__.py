@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 
+from peak_tune.backends import capabilities
 from peak_tune.errors import UserError
 from peak_tune.executors.base import EvalJob, Executor
 from peak_tune.executors.local import LocalExecutor
@@ -21,7 +22,7 @@ def choose_executor(asked: str, ray_address: str | None, backend_name: str) -> s
         raise UserError(f"unknown executor {asked!r} (choose {', '.join(EXECUTORS)})")
     if asked != "auto":
         return asked
-    if ray_address or (backend_name != "c" and gpu_count() > 1):
+    if ray_address or (not capabilities(backend_name).on_host and gpu_count() > 1):
         return "ray"
     return "local"
 

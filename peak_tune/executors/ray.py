@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from peak_tune.backends import make_backend
+from peak_tune.backends import capabilities, make_backend
 from peak_tune.backends.base import Artifact
 from peak_tune.core import Outcome, ProblemSize, Status
 from peak_tune.errors import BuildOverBudget, EvaluationError, InvalidPoint, UserError
@@ -188,11 +188,11 @@ class RayExecutor:
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
             _init(ray, settings)
-        per_worker = 1 if backend_name == "c" else settings.builds_per_worker
+        on_host = capabilities(backend_name).on_host
+        per_worker = 1 if on_host else settings.builds_per_worker
         if settings.build_on not in ("auto", "cpu", "device"):
             raise UserError(f"unknown build place {settings.build_on!r} (auto, cpu, device)")
-        on_cpu = settings.build_on == "cpu" or (settings.build_on == "auto"
-                                                and backend_name != "c")
+        on_cpu = settings.build_on == "cpu" or (settings.build_on == "auto" and not on_host)
         self._builder = ray.remote(num_cpus=1)(build_variant) if on_cpu else None
         self._setup_ref = ray.put(pipeline.setup)  # once, not pickled with every build
         self._backend_name = backend_name
@@ -202,7 +202,7 @@ class RayExecutor:
             "max_concurrency": per_worker, "namespace": NAMESPACE,
             # a job whose build is done need not wait behind one still building
             "allow_out_of_order_execution": True,
-            **({"num_cpus": 1} if backend_name == "c" else {"num_gpus": 1, "num_cpus": 1}),
+            **({"num_cpus": 1} if on_host else {"num_gpus": 1, "num_cpus": 1}),
         }
         actor = ray.remote(DeviceWorker)
         run = uuid.uuid4().hex[:8]
@@ -400,7 +400,7 @@ def _init(ray: Any, settings: RaySettings) -> None:
 
 
 def _default_workers(ray: Any, backend_name: str) -> int:
-    if backend_name == "c":
+    if capabilities(backend_name).on_host:
         return max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
     gpus = int(ray.cluster_resources().get("GPU", 0))
     if gpus < 1:

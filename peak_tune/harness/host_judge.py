@@ -9,9 +9,11 @@ times the run by its own clock as well. So:
   (in full at the check sizes; by random projections at the tuned size when the spec
   declares them, see validation.check_projected; in full otherwise);
 - the verdict never travels through the worker: a forged reply can at most lie about the
-  time, and a run is never counted as faster than the judge's own clock saw it, less the
-  worker's measured reply latency (`sample = max(reported, round trip - floor)`), nor
-  above the device's peak (the backend's check);
+  time, and that lie is bounded by the judge's own clock: if the median reported time is
+  below `CONFIRMED` of the median the judge saw (each run's round trip less the worker's
+  measured reply latency) less `CONFIRM_SLACK_MS`, the judge's times replace the reported
+  ones (a forger gains at most that margin; load, which delays single replies, moves
+  the median little); and no speed above the device's peak passes (the backend's check);
 - after the last run the worker's process tree is checked (isolation): a fork fails the
   evaluation and everything the kernel started is killed.
 """
@@ -19,6 +21,7 @@ times the run by its own clock as well. So:
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,6 +57,8 @@ _log = logging.getLogger(__name__)
 _FLUSH_MIN_BYTES = 8 << 20
 _FLUSH_MAX_BYTES = 256 << 20
 _KEPT_PROBLEMS = 8  # (spec, size, dtype) arenas kept between evaluations
+CONFIRMED = 0.8  # reported times must reach this share of what the judge's clock saw
+CONFIRM_SLACK_MS = 0.1
 
 
 @dataclass(frozen=True)
@@ -118,11 +123,14 @@ class HostJudge:
         try:
             for check in check_sizes:
                 self._run(spec, check, dtype, target, deadline, project=False)
-            one_run_ms = self._run(spec, size, dtype, target, deadline)
-            samples: list[float] = []
+            one_run_ms, _ = self._run(spec, size, dtype, target, deadline)
+            reported: list[float] = []
+            seen: list[float] = []
             count = timing.repeat_count(one_run_ms)
-            while len(samples) < count:
-                samples.append(self._run(spec, size, dtype, target, deadline, flush=True))
+            while len(reported) < count:
+                run = self._run(spec, size, dtype, target, deadline, flush=True)
+                reported.append(run[0])
+                seen.append(run[1])
             self._worker.check_clean()
         except KernelTimeout:
             self.close()
@@ -130,11 +138,19 @@ class HostJudge:
         except WrongResult:
             self.close()  # guards may be dirty: fresh arenas next time
             raise
-        return samples
+        if statistics.median(reported) < CONFIRMED * statistics.median(seen) - \
+                CONFIRM_SLACK_MS:
+            _log.warning("timings reported by the worker (median %.3f ms) are below what "
+                         "the judge saw (%.3f ms): the judge's are used",
+                         statistics.median(reported), statistics.median(seen))
+            return seen
+        return reported
 
     def _run(self, spec: KernelSpec, size: ProblemSize, dtype: str, target: RunTarget,
-             deadline: float, project: bool = True, flush: bool = False) -> float:
-        """One run on fresh inputs, judged; its duration in ms."""
+             deadline: float, project: bool = True,
+             flush: bool = False) -> tuple[float, float]:
+        """One run on fresh inputs, judged; its duration in ms as the worker reported it
+        and as the judge saw it."""
         kept = self._problem(spec, size, dtype)
         problem = kept.problem.refill(secret_seed())
         with threadpool_limits(limits=1, user_api="blas"):  # no BLAS threads spinning
@@ -165,7 +181,7 @@ class HostJudge:
                     check_outputs(problem, expected)
         finally:
             self._worker.resume()
-        return max(reported_ms, seen_ms)
+        return reported_ms, max(seen_ms, 0.0)
 
     def _problem(self, spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:
         key = (spec.name, spec.args, size.values, dtype)
@@ -193,7 +209,7 @@ def _arena_problem(spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:
 
 
 def layout_arrays(mapping: Any, layout: list[Mapping[str, Any]],
-                  dtype: np.dtype) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+                  dtype: np.dtype) -> dict[str, np.ndarray]:
     """The worker's numpy views of the data of each buffer (for the vendor)."""
     return {b["name"]: np.frombuffer(mapping, dtype, b["count"], b["data_offset"])
             .reshape(b["shape"]) for b in layout}

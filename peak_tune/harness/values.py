@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,8 @@ class FloatFormat:
     order_bits: int  # inputs span 2**order_bits binary orders of magnitude, centred on 1
 
     @property
-    def unsigned(self) -> type[np.unsignedinteger]:  # type: ignore[type-arg]
+    def unsigned(self) -> Any:
+        """The unsigned integer type of the same width (np.uint16, ...)."""
         return {16: np.uint16, 32: np.uint32, 64: np.uint64}[self.bits]
 
     @property
@@ -47,7 +49,7 @@ _FORMATS = {
 }
 
 
-def float_format(dtype: np.dtype) -> FloatFormat:  # type: ignore[type-arg]
+def float_format(dtype: np.dtype) -> FloatFormat:
     return _FORMATS[np.dtype(dtype).name]
 
 
@@ -57,14 +59,14 @@ def secret_seed() -> int:
 
 
 def _random_words(rng: np.random.Generator, count: int,
-                  unsigned: type[np.unsignedinteger]) -> np.ndarray:  # type: ignore[type-arg]
+                  unsigned: Any) -> np.ndarray:
     words_per_raw = 8 // np.dtype(unsigned).itemsize
     raw = rng.bit_generator.random_raw(-(-count // words_per_raw))
     return raw.view(unsigned)[:count]
 
 
 def spread_values(rng: np.random.Generator, shape: tuple[int, ...],
-                  dtype: np.dtype) -> np.ndarray:  # type: ignore[type-arg]
+                  dtype: np.dtype) -> np.ndarray:
     """Random signed values of `dtype`, every mantissa bit random, magnitudes spread
     over 2**order_bits binary orders (see the module docstring)."""
     fmt = float_format(dtype)
@@ -82,7 +84,7 @@ def spread_values(rng: np.random.Generator, shape: tuple[int, ...],
 
 
 def random_poison(rng: np.random.Generator, count: int,
-                  dtype: np.dtype) -> np.ndarray:  # type: ignore[type-arg]
+                  dtype: np.dtype) -> np.ndarray:
     """`count` poison values: random bit patterns, a mix of finite values of any
     magnitude, infinities and NaNs with random payloads."""
     return _random_words(rng, count, float_format(dtype).unsigned).view(np.dtype(dtype))

@@ -50,8 +50,13 @@ class VendorTiming:
     at: float  # Unix time
     load: float  # the 1-minute load average then
     reason: str  # why it was timed: "start", "every 25 timed trials", "load 0.3 -> 1.9"
-    noisy: bool = False
+    noisy_because: str = ""  # why it is noisy (harness.noise), "" when steady
     remeasured: int = 0
+    busy_cores: float = 0.0  # other processes' CPU use while it ran
+
+    @property
+    def noisy(self) -> bool:
+        return bool(self.noisy_because)
 
     @property
     def measurement(self) -> Measurement:
@@ -63,14 +68,15 @@ class VendorTiming:
 
     def to_json(self) -> dict[str, Any]:
         return {"samples_ms": list(self.samples_ms), "flops": self.flops, "at": self.at,
-                "load": self.load, "reason": self.reason, "noisy": self.noisy,
-                "remeasured": self.remeasured}
+                "load": self.load, "reason": self.reason, "noisy": self.noisy_because,
+                "remeasured": self.remeasured, "busy_cores": self.busy_cores}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VendorTiming:
         return cls(tuple(float(s) for s in data["samples_ms"]), float(data["flops"]),
                    float(data["at"]), float(data["load"]), str(data["reason"]),
-                   bool(data.get("noisy", False)), int(data.get("remeasured", 0)))
+                   str(data.get("noisy", "")), int(data.get("remeasured", 0)),
+                   float(data.get("busy_cores", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,9 @@ class VendorFigure:
             "max_gflops": max(pool, default=0.0),
             "spread": (max(pool) - min(pool)) / median if median else 0.0,
             "sample_spread": timing_spread(chosen.measurement) if chosen else 0.0,
+            "busy_cores": chosen.busy_cores if chosen else 0.0,  # other processes' CPU use
             "noisy": self.noisy,
+            "noisy_because": chosen.noisy_because if chosen else "",
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -160,7 +168,7 @@ class VendorSchedule:
     every: int = 25  # then every this many timed trials
     every_s: float = 120.0  # or after this many seconds, if a trial was timed meanwhile
     load_step: float = 0.75  # or when the 1-minute load average moved this much
-    min_gap: int = 3  # timed trials between two timings started by load or noise
+    min_gap: int = 10  # timed trials between two timings started by load or noise
 
 
 class VendorClock:

@@ -79,7 +79,7 @@ def test_the_result_check_passes_a_correct_kernel_and_names_the_mismatch(
     assert summary is not None
     first = summary.splitlines()[0]
     # the smallest check size, how many elements, the worst one; then examples
-    assert first == ("output C not written (NaN left) at 67x53x97: 53 of 3551 elements, "
+    assert first == ("output C not written (poison left) at 67x53x97: 53 of 3551 elements, "
                      "first C[66,0]")
 
 

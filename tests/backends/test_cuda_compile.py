@@ -47,6 +47,7 @@ from tests.nvrtc import needs_nvrtc
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ROOT / "backends" / "devices"
 ADVERSARIAL = ROOT / "tests" / "fixtures" / "adversarial_cuda"
+CONFORMANCE = ROOT / "tests" / "fixtures" / "conformance" / "cuda"
 LAUNCH = {"grid_x": "ceil_div(N, 16)", "grid_y": "ceil_div(M, 16)", "block_x": "16",
           "block_y": "16"}
 TILE_SOURCE = """\
@@ -248,6 +249,14 @@ def test_device_side_launch_does_not_build(backend: CudaBackend, tmp_path: Path)
                                   "forever.cu"])
 def test_adversarial_fixtures_build(backend: CudaBackend, tmp_path: Path, name: str) -> None:
     source = (ADVERSARIAL / name).read_text()
+    assert backend.compile(context_of(source), {}, "float32", str(tmp_path)).resources
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFORMANCE.glob("*.cu")))
+def test_conformance_fixtures_build(backend: CudaBackend, tmp_path: Path, name: str) -> None:
+    """The CUDA conformance kernels (run on the GPU by test_cuda_conformance) compile."""
+    source = (CONFORMANCE / name).read_text()
     assert backend.compile(context_of(source), {}, "float32", str(tmp_path)).resources
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from peak_tune.appliers.base import derive_child
+from peak_tune.backends import capabilities
 from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError
@@ -164,8 +165,9 @@ class LLMApplier:
         """(source, launch, index of the accepted reply's record) after pass `at[0]` of
         sample `at[1]`, with compile-error and wrong-result repairs."""
         index, sample = at
-        if step.region == "launch" and parent.backend == "c":
-            raise ApplyError(f"{transformation.id}: the C backend has no launch region")
+        if step.region == "launch" and not capabilities(parent.backend).launch_region:
+            raise ApplyError(f"{transformation.id}: the {parent.backend} backend has no "
+                             "launch region")
         current = derive_child(parent, transformation, self.identity, source=source,
                                launch=launch)
         messages = pass_messages(current, transformation, step, index, device,

@@ -1,0 +1,14 @@
+// Cheat: right on every call but the sixth, which returns at once without writing C
+// (a mid-timing run: not the validations, not the last timed run). Caught by: every
+// timed run's output checked.
+static int calls;
+
+void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
+    if (++calls == 6) return;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            DTYPE acc = 0;
+            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
+            C[i * N + j] = acc;
+        }
+}
