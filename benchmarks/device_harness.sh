@@ -13,7 +13,7 @@ for label in before after; do
      --size 4096 --evaluations 30 --label "$label" 2>&1 | tail -8)
 done
 PYTHONPATH=/tmp/site:$PWD python3 -m pytest tests/backends/test_cuda.py \
-  tests/backends/test_cuda_compile.py tests/test_validation.py -q -p no:cacheprovider 2>&1 \
+  tests/backends/test_cuda_compile.py tests/backends/test_cuda_conformance.py tests/test_validation.py -q -p no:cacheprovider 2>&1 \
   | tail -25 | tee "$OUT/gpu_tests.txt"
 if [ -f benchmarks/adversarial_cuda.py ]; then
   PYTHONPATH=/tmp/site:$PWD python3 benchmarks/adversarial_cuda.py 2>&1 | tail -40
@@ -25,3 +25,15 @@ for label in before after; do
      --seconds "$seconds" --configs float32:4096 --no-paper --no-triton 2>&1 \
      | grep -v "^\[I " | tail -6)
 done
+# fp16 with the tighter tolerance (5e-5 of |A|@|B| plus the output's rounding): the
+# search's own kernels must still pass (by_outcome shows the wrong results)
+PYTHONPATH=/tmp/site:$PWD python3 benchmarks/cuda_matmul.py --results /tmp/r-fp16 \
+  --out "$OUT/search-fp16-after.json" --trials 20000 --seconds "$seconds" \
+  --configs float16:4096 --no-paper --no-triton 2>&1 | grep -v "^\[I " | tail -4
+PYTHONPATH=/tmp/site:$PWD python3 benchmarks/study_failures.py /tmp/r-fp16
+python3 - "$OUT" <<'PY'
+import json, sys, pathlib
+for f in sorted(pathlib.Path(sys.argv[1]).glob("search-*.json")):
+    row = json.loads(f.read_text())["rows"][0]["search"]
+    print(f.name, row["ratio"], row["trials"]["by_outcome"])
+PY

@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import TrialState
 
 from peak_tune.batch import BatchPlan, BatchStudy
-from peak_tune.errors import UserError
+from peak_tune.errors import EnvironmentFault, UserError
 from peak_tune.storage import results_storage_url
 from peak_tune.tune import TrialRecord, TuneSession, open_session
 
@@ -80,6 +80,7 @@ class BatchRun:
     parallel: int = 1
     items: list[StudyProgress] = field(init=False)
     interrupted: bool = False
+    fault: EnvironmentFault | None = None  # the machine failed: the batch stops
 
     def __post_init__(self) -> None:
         self.items = [StudyProgress(s) for s in self.plan.studies]
@@ -114,8 +115,13 @@ class BatchRun:
             item.reason = reason or item.reason
         self.changed(item)
 
+    def _stopping(self) -> bool:
+        """Asked to stop, or the machine failed under a study (disk full, out of
+        memory): the studies after it would fail the same way."""
+        return self.fault is not None or self.should_stop()
+
     def _run_or_skip(self, item: StudyProgress) -> None:
-        if self.should_stop():
+        if self._stopping():
             self._set(item, STOPPED)
         else:
             self._run_study(item)
@@ -125,7 +131,7 @@ class BatchRun:
         running: dict[Future[None], StudyProgress] = {}
         with ThreadPoolExecutor(self.parallel, thread_name_prefix="study") as pool:
             while waiting or running:
-                if self.should_stop():
+                if self._stopping():
                     waiting.clear()  # left as they are; `run` marks them stopped
                 for item in list(waiting):
                     if len(running) < self.parallel and _fits(item, list(running.values())):
@@ -149,6 +155,9 @@ class BatchRun:
         except KeyboardInterrupt:
             self._set(item, STOPPED)
             raise
+        except EnvironmentFault as exc:
+            self.fault = exc
+            self._set(item, FAILED, str(exc))
         except Exception as exc:
             self._set(item, FAILED, _one_line(exc))
         finally:
@@ -171,7 +180,7 @@ class BatchRun:
                 item.vendor_gflops = session.vendor_gflops()  # re-timed through the run
             self.changed(item)
 
-        session.run(max(0, item.study.trials - item.done), on_trial, self.should_stop)
+        session.run(max(0, item.study.trials - item.done), on_trial, self._stopping)
         complete = finished_trials(session.study) >= item.study.trials
         self._set(item, DONE if complete or not self.should_stop() else STOPPED)
 

@@ -99,7 +99,6 @@ class Cache:
                     raise
                 raise fault from exc
 
-
     # Variants are stored under their content hash so lineage can be walked later.
     def put_context(self, context: KernelContext) -> str:
         digest = context.content_hash()

@@ -33,7 +33,6 @@ __all__ = [
     "UserError",
     "WrongResult",
     "environment_fault",
-    "fault_kind",
 ]
 
 # What an EnvironmentFault says first: the kind of fault, in plain words.
@@ -93,16 +92,11 @@ class EnvironmentFault(Exception):
         super().__init__(f"{kind}: {message}")
 
 
-def fault_kind(error: BaseException) -> str | None:
-    """The EnvironmentFault kind behind `error` (an OSError's errno, a MemoryError, a
-    SQLite or PostgreSQL error code, also where a database layer wrapped it), or None."""
-    found = _fault_in(error)
-    return found[0] if found else None
-
-
 def environment_fault(error: BaseException, doing: str) -> EnvironmentFault | None:
     """`error`, met while `doing` something ("writing the cache entry X"), as an
-    EnvironmentFault when the machine is at fault; else None (raise `error` itself)."""
+    EnvironmentFault when the machine is at fault (an OSError's errno, a MemoryError, a
+    SQLite or PostgreSQL error code, also where a database layer wrapped it); else None
+    (raise `error` itself)."""
     found = _fault_in(error)
     if found is None:
         return None
@@ -123,7 +117,7 @@ def _fault_in(error: BaseException) -> tuple[str, BaseException] | None:
         kind = _own_kind(current)
         if kind is not None:
             return kind, current
-        todo += [current.__cause__, current.__context__, getattr(current, "orig", None)]
+        todo += [current.__cause__, getattr(current, "orig", None)]  # what it wraps
     return None
 
 
@@ -171,6 +165,8 @@ class CompileError(EvaluationError):
 
 class KernelCrash(EvaluationError):
     """The kernel crashed its process (signal, illegal address)."""
+
+    signal_number = 0  # the signal that ended the process, where one did
 
 
 class KernelTimeout(EvaluationError):

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from peak_tune.appliers.base import Applier
 from peak_tune.backends.base import Artifact, Backend, EvalConfig, EvalRequest
@@ -287,12 +288,21 @@ class Pipeline:
         artifact: Future[Artifact] | None,
     ) -> Outcome:
         values = {p.name: params[p.name] for p in context.params}
-        try:
-            built = artifact.result() if artifact else self.compile(context, values)
-        except (InvalidPoint, EvaluationError) as exc:
-            return outcome_of_error(exc)
-        return evaluate_built(self.backend, self.setup, built, context, values, size,
-                              slow_cutoff_ms)
+        for attempt in range(2):
+            try:
+                built = (artifact.result() if artifact and not attempt
+                         else self.compile(context, values))
+            except (InvalidPoint, EvaluationError) as exc:
+                return outcome_of_error(exc)
+            outcome = evaluate_built(self.backend, self.setup, built, context, values, size,
+                                     slow_cutoff_ms)
+            if outcome.status is Status.OK or not _vanished(built):
+                break
+            # deleted before it was loaded (its folder cleared under the running tuner):
+            # the failure is the folder's, not the kernel's; build and evaluate again
+            log.warning("the build %s was deleted before it ran: building it again",
+                        built.path)
+        return outcome
 
 
 def make_request(setup: PipelineSetup, context: KernelContext, values: Mapping[str, int],
@@ -334,6 +344,11 @@ def outcome_of_error(exc: InvalidPoint | EvaluationError) -> Outcome:
                   Status.RUNTIME_ERROR)
     log.info("%s: %s", status.value, exc)
     return Outcome(status, message=str(exc), detail=exc.detail)
+
+
+def _vanished(built: Artifact) -> bool:
+    """The build's file is gone (a backend whose builds are files)."""
+    return bool(built.path) and not Path(built.path).exists()
 
 
 def _shown(params: Mapping[str, int]) -> str:

@@ -8,7 +8,6 @@ absorbs both, so that a user never sees either.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from peak_tune.errors import UserError, environment_fault
 
 __all__ = ["check_sqlite_file", "driver_url", "open_storage", "redacted_url",
-           "results_storage_url"]
+           "results_storage_url", "sqlite_file"]
 
 SQLITE_BUSY_WAIT_S = 60  # how long a SQLite writer waits for another one's lock
 _SCHEMA_RACE_TRIES = 8
@@ -48,10 +47,9 @@ def open_storage(url: str) -> BaseStorage:
     A URL that is none, of an unknown kind of database, or a SQLite file that is not a
     database (0 bytes, or another file) is a UserError naming it; the file is left as it
     was. A disk or memory too full to create the database is an EnvironmentFault."""
-    database = _sqlite_file(url)
+    database = sqlite_file(url)
     if database is not None:
         check_sqlite_file(database)
-    existed = database is not None and database.exists()
     engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_WAIT_S}} if url.startswith(
         "sqlite") else {"pool_pre_ping": True}
     for attempt in range(_SCHEMA_RACE_TRIES):
@@ -62,8 +60,6 @@ def open_storage(url: str) -> BaseStorage:
             # PostgreSQL also its enum types) appear under us. Wait for it to finish and
             # open what it made.
             if attempt + 1 == _SCHEMA_RACE_TRIES or not _is_schema_race(error):
-                if database is not None and not existed:
-                    _remove_if_empty(database)  # ours, and left 0 bytes: no trap for later
                 fault = environment_fault(error, f"creating the study storage "
                                                  f"{redacted_url(url)}")
                 if fault is not None:
@@ -78,7 +74,7 @@ def open_storage(url: str) -> BaseStorage:
     raise AssertionError("unreachable")
 
 
-def _sqlite_file(url: str) -> Path | None:
+def sqlite_file(url: str) -> Path | None:
     """The file of a SQLite URL (None for another database or an in-memory one); a URL
     that names no database SQLAlchemy knows is a UserError."""
     try:
@@ -134,12 +130,6 @@ def _just_made(path: Path) -> bool:
         return time.time() - path.stat().st_mtime < _NEW_FILE_WAIT_S
     except OSError:
         return False
-
-
-def _remove_if_empty(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        if path.stat().st_size == 0:
-            path.unlink()
 
 
 def _is_schema_race(error: Exception) -> bool:

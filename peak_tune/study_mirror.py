@@ -36,7 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from peak_tune.errors import EnvironmentFault, StorageFailed, UserError, environment_fault
 from peak_tune.piped_child import Message, PipedChild, child_pipes
-from peak_tune.storage import open_storage, redacted_url
+from peak_tune.storage import open_storage, redacted_url, sqlite_file
 from peak_tune.study_batch import Unsupported, add_finished
 
 __all__ = ["StudyMirror", "open_mirrored_study"]
@@ -226,7 +226,7 @@ class _Writer:
         self.batched = True  # add_finished works with this Optuna (else Study.add_trial)
         self.failed = False
         self.study: optuna.Study | None = None
-        self._database = _sqlite_database(url)
+        self._database = sqlite_file(url)
         self._identity = _file_identity(self._database)
         try:
             self.study = optuna.load_study(study_name=study_name, storage=open_storage(url))
@@ -312,19 +312,13 @@ def _innermost(error: BaseException) -> BaseException:
     return getattr(error, "orig", None) or error
 
 
-def _sqlite_database(url: str) -> Path | None:
-    """The file of a SQLite storage URL (for the deleted-database check), or None."""
-    prefix = "sqlite:///"
-    if not url.startswith(prefix) or "?" in url or url == prefix + ":memory:":
-        return None
-    return Path(url[len(prefix):])
-
-
 def _file_identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of the database file: another, or none, once it was deleted."""
     try:
-        return None if path is None else (path.stat().st_dev, path.stat().st_ino)
+        found = None if path is None else path.stat()
     except OSError:
         return None
+    return None if found is None else (found.st_dev, found.st_ino)
 
 
 def _copy(trial: FrozenTrial, system_attrs: dict[str, object]) -> FrozenTrial:
@@ -349,27 +343,29 @@ def open_mirrored_study(
         raise UserError(f"the study storage must be a database URL, not {type(storage)}")
     try:
         persistent = create(storage)
+        attributes = persistent.user_attrs
+        finished = persistent.get_trials(deepcopy=False, states=_FINISHED)
     except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as error:
         raise _storage_failure(error, f"opening the study in {redacted_url(url)}") from error
     working = optuna.create_study(storage=InMemoryStorage(), sampler=sampler,
                                   directions=persistent.directions,
                                   study_name=persistent.study_name)
-    for key, value in persistent.user_attrs.items():
+    for key, value in attributes.items():
         working.set_user_attr(key, value)
     known = set()
-    for trial in persistent.get_trials(deepcopy=False, states=_FINISHED):
+    for trial in finished:
         known.add(trial._trial_id)
         working.add_trial(_copy(trial, trial.system_attrs))
     return StudyMirror(working, persistent, url, known)
 
 
 def _storage_failure(error: Exception, doing: str) -> Exception:
-    """`error` of a write the driver makes itself, as the run's one line."""
+    """`error` of a call the driver makes to the storage itself, as the run's one line."""
     fault = environment_fault(error, doing)
     if fault is not None:
         return EnvironmentFault(fault.kind, fault.message + _KEPT)
     reason = " ".join(str(_innermost(error)).split())[:500]
-    return StorageFailed(f"writing to the study storage failed: {reason} ({doing})")
+    return StorageFailed(f"the study storage failed: {reason} ({doing})")
 
 
 if __name__ == "__main__":  # the writer process: python -m peak_tune.study_mirror IN OUT

@@ -260,7 +260,7 @@ _ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 def _check_host_memory(spec: KernelSpec, sizes: list[ProblemSize], dtype: str) -> None:
     """A size whose buffers alone need more memory than this host has is refused before
     anything starts (the harness holds them, and a float64 reference, in host memory)."""
-    have = host_memory_bytes()
+    have = _host_memory_bytes()
     element = _ELEMENT_BYTES.get(dtype, 4)
     buffers = [a for a in spec.args if a.kind == "buffer"]
     for size in sizes:
@@ -274,7 +274,7 @@ def _check_host_memory(spec: KernelSpec, sizes: list[ProblemSize], dtype: str) -
                 f"machine has {have / 1e9:.1f} GB: choose a smaller --size")
 
 
-def host_memory_bytes() -> int:
+def _host_memory_bytes() -> int:
     """This machine's memory, or its container's limit if lower (0: unknown)."""
     try:
         have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,6 +166,33 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     assert done.returncode == 2
     assert expected in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--storage", "foo://x"], "'foo://x' names an unknown kind of database 'foo'"),
+        (["--storage", "notaurl"], "'notaurl' is not a database URL"),
+        (["--sequence", "pack-a"], "--sequence pack-a: pack-a requires cache-blocking before it"),
+        (["--repeats", "0"], "--repeats must be 1 or more"),
+        (["--timeout", "0"], "--timeout must be a number of seconds above 0"),
+        (["--timeout", "0.01"], "the vendor baseline did not finish within --timeout 0.01 s"),
+    ],
+)
+def test_bad_options_are_one_line_on_stderr_and_exit_2(tmp_path, args, expected):
+    done = peak("--trials", "1", "--results", str(tmp_path), *args)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith("peak-tune: error: ") and expected in line
+
+
+def test_a_size_too_large_for_this_machine_says_what_it_needs_and_what_it_has(tmp_path):
+    done = peak("--trials", "1", "--results", str(tmp_path), "--size", "100000")
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert re.fullmatch(r"peak-tune: error: size 100000x100000x100000 needs at least 120\.0 GB "
+                        r"of host memory for its buffers \(A, B, C in float32\), and this "
+                        r"machine has [0-9.]+ GB: choose a smaller --size", line), line
 
 
 def test_broken_catalog_file_names_file_and_field(tmp_path):

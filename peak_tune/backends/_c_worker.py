@@ -2,8 +2,8 @@
 
 `python -m peak_tune.backends._c_worker --request-fd R --response-fd W` loads compiled
 kernels with ctypes and runs them, or numpy's BLAS (the vendor baseline), on buffers in
-the judge's shared arena (peak_tune.harness.arena), one run per request, timing the call
-alone with `time.perf_counter_ns`. It judges nothing: inputs, poison, cache flushes and
+the judge's shared arena (peak_tune.harness.arena), one run per `prepare` + `go`, timing
+the call alone with `time.perf_counter_ns`. It judges nothing: inputs, poison, cache flushes and
 every check are the judge's (peak_tune.harness.host_judge), in the tuner's process.
 """
 
@@ -45,9 +45,11 @@ def _arena(path: str, layout: list[Mapping[str, Any]]) -> tuple[mmap.mmap, int]:
     if path not in _arenas:
         regions = [Region(int(b["offset"]), 0, tuple((int(o), int(n)) for o, n in b["protected"]))
                    for b in layout]
+        read_only = [(int(b["read_only"][0]), int(b["read_only"][1])) for b in layout
+                     if b["read_only"]]
         while len(_arenas) >= _KEPT_ARENAS:
             _arenas.pop(next(iter(_arenas)))  # unmapped once nothing refers to it
-        _arenas[path] = map_for_kernel(path, regions)
+        _arenas[path] = map_for_kernel(path, regions, read_only)
     return _arenas[path]
 
 
@@ -110,7 +112,13 @@ def _vendor_call(spec: KernelSpec, arrays: dict[str, np.ndarray],
     return run_reference
 
 
-def _run(request: dict[str, Any]) -> dict[str, Any]:
+_prepared: list[Call] = []  # the call `go` makes
+
+
+def _prepare(request: dict[str, Any]) -> dict[str, Any]:
+    """Bind the call (kernel or vendor) to the arena's buffers; `go` makes it. Apart, so
+    that the judge can write the inputs while the job is stopped and resume it only to
+    make the call: no thread of the kernel's sees the inputs before the timed call."""
     spec = spec_from_wire(request["spec"])
     mapping, base = _arena(str(request["arena"]), request["regions"])
     if request["vendor"]:
@@ -118,6 +126,14 @@ def _run(request: dict[str, Any]) -> dict[str, Any]:
         call = _vendor_call(spec, arrays, ProblemSize.of(request["size"]).as_dict())
     else:
         call = _kernel_call(request, spec, base)
+    _prepared[:] = [call]
+    return {}
+
+
+def _go(request: dict[str, Any]) -> dict[str, Any]:
+    if not _prepared:
+        raise UserError("no call prepared")
+    call = _prepared[0]
     start = time.perf_counter_ns()
     call()
     elapsed_ns = time.perf_counter_ns() - start
@@ -145,7 +161,8 @@ def _blas(request: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    return serve({"run": _run, "blas": _blas})
+    return serve({"prepare": _prepare, "go": _go, "blas": _blas},
+                 job_ops=frozenset({"prepare", "go"}))
 
 
 if __name__ == "__main__":

@@ -1,17 +1,16 @@
 """The CUDA worker's validation data kept on the device, and the checks run there.
 
 The first check of a (spec, size, dtype, seed) builds its inputs with
-validation.make_problem and its float64 reference with compute_expected, exactly as a
-host backend would, and uploads them once (a `Reference`): each buffer's pristine guarded
-storage (inputs, NaN input pads, sentinel output guards, poisoned outputs), and per output the expected
-values and the allowed error per element, in float64. Every check copies the pristine
-storage device to device into fresh allocations, so each run starts from the same
-guarded, poisoned state as a freshly generated problem; after the run the device
-compares the guards and the inputs with the pristine bytes and each output with
-|out - expected| <= bound (NaN fails), and only a few counts come back. The caller
-downloads the run and lets validation.check_outputs name a failure in its usual words.
-The float64 reference is computed on the device (`expected_on_device`), from inputs the
-host made: the seeds are the worker's secret (see _cuda_device), so each is new to it.
+validation.make_problem, exactly as a host backend would, and uploads them once (a
+`Reference`): each buffer's pristine guarded storage (inputs, NaN input pads, sentinel
+output guards, poisoned outputs), and per output the float64 reference and the allowed
+error per element, computed on the device (`expected_on_device`). Every check copies
+the pristine storage device to device into fresh allocations, so each run starts from
+the same guarded, poisoned state as a freshly generated problem; after the run the
+device compares the guards and the inputs with the pristine bytes and each output with
+|out - expected| <= bound (NaN fails), in fused reductions, and only a few counts come
+back. The caller downloads a failed run and lets validation.check_outputs name the
+failure in its usual words. The seeds are the worker's secret (see _cuda_device).
 
 A stray write could land in the cached arrays themselves: every check also sums each
 cached array (as unsigned words) and compares with the sums taken at upload, so a changed
@@ -182,45 +181,71 @@ class ReferenceCache:
         self.entries.clear()
 
 
-_KERNELS: dict[str, Any] = {}
+_COUNTING = r"""
+#include <cuda_fp16.h>
+__device__ __forceinline__ void add(unsigned long long local, unsigned long long *count) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        local += __shfl_down_sync(0xffffffffu, local, offset);
+    if ((threadIdx.x & 31) == 0 && local) atomicAdd(count, local);
+}
+#define STRIDE for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; \
+                     i += (long long)gridDim.x * blockDim.x)
+#define DIFFER(NAME, T) extern "C" __global__ void NAME(const T *a, const T *b, long long n, \
+        unsigned long long *count) { \
+    unsigned long long local = 0; STRIDE local += a[i] != b[i]; add(local, count); }
+DIFFER(differ16, unsigned short)
+DIFFER(differ32, unsigned int)
+DIFFER(differ64, unsigned long long)
+#define OFF(NAME, T, READ) extern "C" __global__ void NAME(const T *out, \
+        const double *expected, const double *bound, long long n, \
+        unsigned long long *count) { \
+    unsigned long long local = 0; \
+    STRIDE local += !(fabs(READ(out[i]) - expected[i]) <= bound[i]); add(local, count); }
+#define AS_DOUBLE(x) ((double)(x))
+#define HALF_AS_DOUBLE(x) ((double)__half2float(x))
+OFF(off16, __half, HALF_AS_DOUBLE)
+OFF(off32, float, AS_DOUBLE)
+OFF(off64, double, AS_DOUBLE)
+"""
+_THREADS = 256
+_module: list[Any] = []
 
 
-def _kernel(name: str) -> Any:
-    """Fused reductions (one pass over the data each): words that differ, and output
-    elements off by more than their bound (NaN counts as off)."""
-    if not _KERNELS:
-        import cupy
+def _count(name: str, arrays: tuple[Any, ...], count: Any) -> None:
+    """Add to `count` (a device uint64) what kernel `name` counts over the arrays (one
+    pass, grid-stride, asynchronous)."""
+    import cupy
 
-        _KERNELS["differ"] = cupy.ReductionKernel(
-            "T a, T b", "int64 count", "a != b ? 1 : 0", "a + b", "count = a", "0",
-            "peak_tune_words_differ")
-        for label, cast in (("off", "(double)out"), ("off_half", "(double)(float)out")):
-            _KERNELS[label] = cupy.ReductionKernel(
-                "T out, float64 expected, float64 bound", "int64 count",
-                f"!(fabs({cast} - expected) <= bound) ? 1 : 0", "a + b", "count = a", "0",
-                f"peak_tune_{label}")
-    return _KERNELS[name]
+    if not _module:
+        _module.append(cupy.RawModule(code=_COUNTING, options=("-std=c++17",)))
+    n = int(arrays[0].size)
+    if n == 0:
+        return
+    blocks = min(-(-n // _THREADS), 4096)
+    kernel = _module[0].get_function(name)
+    kernel((blocks,), (_THREADS,), (*arrays, np.int64(n), count))
 
 
 def failure_count(reference: Reference, storage: dict[str, Any]) -> Any:
     """Bytes and elements that fail the checks of validation.check_outputs, counted on the
-    device (a scalar): guards changed, inputs changed, outputs off or NaN."""
+    device (a uint64 array of one element, not waited for): guards changed, inputs
+    changed, outputs off or NaN."""
     import cupy
 
-    differ = _kernel("differ")
-    counts = []
+    count = cupy.zeros(1, cupy.uint64)
     for arg in reference.buffers:
         data = storage[arg.name]
-        words = f"uint{8 * data.itemsize}"
-        raw, pristine = data.view(words), reference.pristine[arg.name].view(words)
+        bits = 8 * data.itemsize
+        raw = data.view(f"uint{bits}")
+        pristine = reference.pristine[arg.name].view(f"uint{bits}")
+        differ = f"differ{bits}"
         if arg.intent == "in":  # guards and contents alike
-            counts.append(differ(raw, pristine))
+            _count(differ, (raw, pristine), count)
             continue
         guard = guard_elements(data.itemsize)
-        counts.append(differ(raw[:guard], pristine[:guard]))
-        counts.append(differ(raw[-guard:], pristine[-guard:]))
-        count = int(np.prod(reference.shapes[arg.name], dtype=np.int64))
-        off = _kernel("off_half" if data.itemsize == 2 else "off")
-        counts.append(off(data[guard:guard + count], reference.expected[arg.name],
-                          reference.bounds[arg.name]))
-    return sum(counts[1:], counts[0]) if counts else cupy.zeros((), cupy.int64)
+        _count(differ, (raw[:guard], pristine[:guard]), count)
+        _count(differ, (raw[-guard:], pristine[-guard:]), count)
+        elements = int(np.prod(reference.shapes[arg.name], dtype=np.int64))
+        _count(f"off{bits}", (data[guard:guard + elements], reference.expected[arg.name],
+                              reference.bounds[arg.name]), count)
+    return count[0].astype(cupy.int64)

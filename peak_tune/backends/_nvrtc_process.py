@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import threading
 import uuid
@@ -25,7 +26,16 @@ from typing import Any
 from peak_tune.backends._nvrtc import compile_cubin, cubin_resources, ptxas_resources
 from peak_tune.backends._worker import WorkerProcess, serve
 from peak_tune.backends.base import over_budget_message
-from peak_tune.errors import BuildOverBudget, CompileError, KernelCrash, KernelTimeout
+from peak_tune.errors import (
+    COMPILER_KILLED,
+    OUT_OF_MEMORY,
+    BuildOverBudget,
+    CompileError,
+    EnvironmentFault,
+    KernelCrash,
+    KernelTimeout,
+    environment_fault,
+)
 
 __all__ = ["NVRTC_TIMEOUT_S", "build_cubin", "write_atomically"]
 
@@ -72,7 +82,8 @@ def build_cubin(source: str, options: Sequence[str], name: str, entry: str, cubi
 
     Raises CompileError (also for a crash of NVRTC, or a build past NVRTC_TIMEOUT_S),
     InvalidPoint for a register limit below what an instruction needs, BuildOverBudget
-    past a `time_limit_s` shorter than NVRTC_TIMEOUT_S.
+    past a `time_limit_s` shorter than NVRTC_TIMEOUT_S, EnvironmentFault for a full disk
+    or memory that ran out in the compiler process.
     """
     budget = 0 < time_limit_s < NVRTC_TIMEOUT_S
     request = {"op": "compile", "source": source, "options": list(options), "name": name,
@@ -86,27 +97,48 @@ def build_cubin(source: str, options: Sequence[str], name: str, entry: str, cubi
             raise CompileError(f"compile error: NVRTC ran past {NVRTC_TIMEOUT_S:g} s and "
                                "was stopped", detail="$ nvrtc " + " ".join(options)) from None
         except KernelCrash as exc:
+            if exc.signal_number == signal.SIGKILL:  # killed from outside: the OOM killer
+                raise EnvironmentFault(COMPILER_KILLED, "NVRTC's process was killed "
+                                       "(SIGKILL: out of memory, or another process)") from None
             how = str(exc).removeprefix("kernel crashed: ")
             raise CompileError(f"compile error: NVRTC crashed ({how})",
                                detail=exc.detail) from None
+    if "fault" in reply:  # the machine's, in the compiler process: typed, not a log line
+        raise EnvironmentFault(str(reply["fault"]), str(reply["message"]))
     return str(reply["log"]), {k: int(v) for k, v in reply["resources"].items()}
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary name: readers see all of it or none."""
+    """Write `data` to `path` through a temporary name: readers see all of it or none.
+    Its folder is made again if it was deleted; a full disk is an EnvironmentFault."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        fault = environment_fault(exc, f"writing {path}")
+        if fault is None:
+            raise
+        raise fault from exc
 
 
 def _compile(request: dict[str, Any]) -> dict[str, Any]:
     """The child's one operation: NVRTC's build, written to request["cubin"]. Resources
     come from the cubin; spills from ptxas's report where the log has it (NVRTC 13.0 was
     seen to give it only for the first build per architecture in a process)."""
-    found = compile_cubin(request["source"], request["options"], request["name"])
-    entry = request["entry"]
-    resources = {**ptxas_resources(found.log, entry), **cubin_resources(found.cubin, entry)}
-    write_atomically(Path(request["cubin"]), found.cubin)
+    try:
+        found = compile_cubin(request["source"], request["options"], request["name"])
+        entry = request["entry"]
+        resources = {**ptxas_resources(found.log, entry),
+                     **cubin_resources(found.cubin, entry)}
+        write_atomically(Path(request["cubin"]), found.cubin)
+    except EnvironmentFault as fault:  # the disk filled: said as such, not as a crash
+        return {"fault": fault.kind, "message": fault.message}
+    except MemoryError:
+        return {"fault": OUT_OF_MEMORY, "message": "NVRTC's process could not allocate "
+                                                   "memory"}
     return {"log": found.log, "resources": resources}
 
 

@@ -13,6 +13,14 @@ processes (`HarnessBreach`: the worker and everything it started are killed). Th
 can stop the worker (SIGSTOP to its group) while it judges a run's output, so that no
 thread of the kernel's can go on writing after it replied.
 
+Jobs (`fork_jobs`, for host code): the worker never runs a kernel itself. `begin_job`
+makes it fork a job process that serves the requests of one evaluation and exits at
+`end_job`; so no thread, static variable or loaded library of one kernel outlives its
+evaluation. The worker is a child subreaper and reports on a control pipe of its own
+(closed in the job) how the job ended and what it left behind, which it kills: a
+process the kernel started is found however it detached. Replies left on the pipe at
+the end of a job are that job's forgeries, never the next one's.
+
 Requests and replies travel over two pipes passed with `pass_fds`, never over stdout,
 so a kernel that prints cannot corrupt the protocol (the worker's stdout goes to
 /dev/null, its stderr to a file whose tail becomes the crash detail).
@@ -46,12 +54,14 @@ from peak_tune.core import ArgSpec, KernelSpec, ProblemSize
 from peak_tune.errors import (
     BackendUnavailable,
     CompileError,
+    EnvironmentFault,
     EvaluationError,
     InvalidPoint,
     KernelCrash,
     KernelTimeout,
     UserError,
     WrongResult,
+    environment_fault,
 )
 from peak_tune.harness import isolation
 
@@ -90,16 +100,29 @@ class _Died(Exception):
     pass
 
 
+class _JobEnded(Exception):
+    """The job process ended while a reply was awaited (the worker's report)."""
+
+    def __init__(self, report: Mapping[str, Any]) -> None:
+        super().__init__(str(report))
+        self.report = report
+
+
 class WorkerProcess:
     """Parent side: start, call with a deadline, kill and restart a worker module."""
 
     def __init__(self, module: str, *, startup_timeout_s: float = 60.0,
-                 scan_all: bool = False) -> None:
-        """`scan_all`: look for escaped processes in all of /proc after each job (host
-        code can fork; a GPU kernel cannot, and its worker's children suffice)."""
+                 fork_jobs: bool = False) -> None:
+        """`fork_jobs`: run each job in a process of its own (host code, which can fork
+        and leave threads; a GPU kernel cannot, and runs in the worker)."""
         self._module = module
         self._startup_timeout_s = startup_timeout_s
-        self._scan_all = scan_all
+        self._fork_jobs = fork_jobs
+        self._scan_all = fork_jobs
+        self._control_fd = -1
+        self._control = b""
+        self.job_pid = -1
+        self._paused = False
         self._token = ""
         self._sequence = 0
         self.reply_floor_s = 0.0  # the fastest round trip of a request that does nothing
@@ -122,14 +145,19 @@ class WorkerProcess:
         self._stderr = tempfile.TemporaryFile(prefix="peak-tune-worker-")
         command = [sys.executable, "-m", self._module,
                    "--request-fd", str(request_read), "--response-fd", str(response_write)]
+        passed = [request_read, response_write]
+        if self._fork_jobs:
+            self._control_fd, control_write = os.pipe()
+            command += ["--control-fd", str(control_write)]
+            passed.append(control_write)
         self._token = os.urandom(8).hex()
         env = {**_child_env(), isolation.TOKEN_VARIABLE: self._token}
         self._proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
-            pass_fds=(request_read, response_write), start_new_session=True, env=env,
+            pass_fds=tuple(passed), start_new_session=True, env=env,
         )
-        os.close(request_read)
-        os.close(response_write)
+        for fd in passed:
+            os.close(fd)
         try:
             self._receive(time.monotonic() + self._startup_timeout_s)
         except (_Expired, _Died) as exc:
@@ -154,6 +182,7 @@ class WorkerProcess:
         """
         if not self.running:
             self.start()
+        self.resume()
         self._clear_stderr()
         self._sequence += 1
         nonce = os.urandom(8).hex()
@@ -162,12 +191,17 @@ class WorkerProcess:
             self._send({**request, "nonce": nonce, "seq": self._sequence})
             reply = self._receive(time.monotonic() + timeout_s)
             self.last_round_trip_s = time.perf_counter() - began
+            if request.get("op") == "begin" and reply.get("ok"):
+                self.job_pid = int(reply["result"]["pid"])  # the one process allowed
             self._check_reply(reply, nonce)
         except _Expired:
             self.stop()
             raise KernelTimeout(f"kernel timed out after {timeout_s:g} s") from None
         except _Died:
             raise self._crash() from None
+        except _JobEnded as ended:
+            self.job_pid = -1
+            raise self._job_crash(ended.report) from None
         if reply.get("ok"):
             return dict(reply["result"])
         if reply.get("restart"):
@@ -178,13 +212,76 @@ class WorkerProcess:
         """The reply answers this request, alone, and the worker started nothing."""
         if reply.get("nonce") != nonce or reply.get("seq") != self._sequence:
             self._breach("a reply that does not answer the request (forged or stale)")
-        if self._buffer or self._readable():
+        if self._buffer or self._readable(self._response_fd):
             self._breach("more than one reply to one request (forged)")
-        assert self._proc is not None
-        started = isolation.children(self._proc.pid)
+        started = self._started()
         if started:
             self._breach(f"the kernel started {len(started)} process(es) "
                          f"(pid {min(started)}): kernels must not fork")
+
+    def _started(self) -> set[int]:
+        """Processes the kernel started: under the worker, all but the job."""
+        if self._proc is None:
+            return set()
+        if self._fork_jobs:
+            return isolation.tree(self._proc.pid) - {self.job_pid}
+        return isolation.children(self._proc.pid)
+
+    def begin_job(self, timeout_s: float) -> None:
+        """A fresh job process for the next requests (fork_jobs workers only)."""
+        if self._fork_jobs:
+            self.job_pid = int(self.call({"op": "begin"}, timeout_s)["pid"])
+
+    def end_job(self, timeout_s: float) -> None:
+        """End the job: the worker reports how it ended and what it left, which it has
+        killed; a reply still on the pipe is the job's forgery. HarnessBreach for either."""
+        if not self._fork_jobs or self.job_pid < 0 or not self.running:
+            return
+        self.resume()
+        self._sequence += 1
+        try:
+            self._send({"op": "end", "seq": self._sequence})
+            report = self._control_report(time.monotonic() + timeout_s)
+        except (_Expired, _Died):
+            self.stop()
+            raise KernelTimeout(f"the job did not end within {timeout_s:g} s") from None
+        finally:
+            self.job_pid = -1
+        extra = self._buffer or self._readable(self._response_fd)
+        if extra:
+            self._breach("a reply nobody asked for (forged)")
+        if report.get("leftovers"):
+            self._breach(f"the kernel left {report['leftovers']} process(es) running "
+                         "after its evaluation (killed): kernels must not fork")
+
+    def _control_report(self, deadline: float) -> dict[str, Any]:
+        while b"\n" not in self._control:
+            if not self._wait_readable(self._control_fd, deadline):
+                raise _Expired()
+            chunk = os.read(self._control_fd, 1 << 12)
+            if not chunk:
+                raise _Died()
+            self._control += chunk
+        line, self._control = self._control.split(b"\n", 1)
+        report: dict[str, Any] = json.loads(line)
+        return report
+
+    def _job_crash(self, report: Mapping[str, Any]) -> KernelCrash | HarnessBreach:
+        detail = self._stderr_tail()
+        leftovers = int(report.get("leftovers", 0))
+        if leftovers:
+            self.stop()
+            return HarnessBreach(f"harness tampering: the kernel left {leftovers} "
+                                 "process(es) running (killed): kernels must not fork")
+        signum = int(report.get("signal", 0))
+        if signum:
+            try:
+                how = signal.Signals(signum).name
+            except ValueError:
+                how = f"signal {signum}"
+        else:
+            how = f"job exited with status {report.get('status', '?')}"
+        return KernelCrash(f"kernel crashed: {how}", detail=detail)
 
     def check_clean(self) -> None:
         """After a job: nothing the worker started is still running anywhere (its
@@ -200,18 +297,45 @@ class WorkerProcess:
         self.stop()
         raise HarnessBreach(f"harness tampering: {what}")
 
-    def _readable(self) -> bool:
+    @staticmethod
+    def _readable(fd: int) -> bool:
         with selectors.DefaultSelector() as selector:
-            selector.register(self._response_fd, selectors.EVENT_READ)
+            selector.register(fd, selectors.EVENT_READ)
             return bool(selector.select(0))
+
+    @staticmethod
+    def _wait_readable(fd: int, deadline: float) -> bool:
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                if selector.select(remaining):
+                    return True
 
     def pause(self) -> None:
         """Stop every thread of the worker (SIGSTOP to its group) and wait until they are
-        stopped; KernelCrash if the worker died instead."""
+        stopped; KernelCrash if the worker died instead. The next call resumes it."""
         assert self._proc is not None
         os.killpg(self._proc.pid, signal.SIGSTOP)
+        self._paused = True
         deadline = time.monotonic() + _STOP_WAIT_S
         delay = 20e-6
+        if self.job_pid > 0:
+            while time.monotonic() < deadline:
+                state = isolation.stopped(self.job_pid)
+                if state:
+                    return
+                if state is None or self._readable(self._control_fd):
+                    self.resume()
+                    report = self._control_report(time.monotonic() + _STOP_WAIT_S)
+                    self.job_pid = -1
+                    raise self._job_crash(report)
+                time.sleep(delay)
+                delay = min(2 * delay, 1e-3)
+            self.stop()
+            raise KernelCrash("kernel crashed: the job did not stop for its check")
         while time.monotonic() < deadline:
             info = os.waitid(os.P_PID, self._proc.pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
             if info is not None and info.si_code == os.CLD_STOPPED:
@@ -225,7 +349,8 @@ class WorkerProcess:
         raise KernelCrash("kernel crashed: the worker did not stop for its check")
 
     def resume(self) -> None:
-        if self._proc is not None:
+        if self._proc is not None and self._paused:
+            self._paused = False
             try:
                 os.killpg(self._proc.pid, signal.SIGCONT)
             except ProcessLookupError:
@@ -244,11 +369,13 @@ class WorkerProcess:
             isolation.end(started)
             self._proc.wait()
             self._proc = None
-        for fd in (self._request_fd, self._response_fd):
+        for fd in (self._request_fd, self._response_fd, self._control_fd):
             if fd >= 0:
                 os.close(fd)
-        self._request_fd = self._response_fd = -1
-        self._buffer = b""
+        self._request_fd = self._response_fd = self._control_fd = -1
+        self._buffer = self._control = b""
+        self.job_pid = -1
+        self._paused = False
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
@@ -276,7 +403,9 @@ class WorkerProcess:
                 how = f"signal {-returncode}"
         else:
             how = f"worker exited with status {returncode}"
-        return KernelCrash(f"kernel crashed: {how}", detail=detail)
+        crash = KernelCrash(f"kernel crashed: {how}", detail=detail)
+        crash.signal_number = -returncode if returncode < 0 else 0
+        return crash
 
     def _send(self, request: Mapping[str, Any]) -> None:
         data = (json.dumps(request, separators=(",", ":")) + "\n").encode()
@@ -290,11 +419,16 @@ class WorkerProcess:
     def _receive(self, deadline: float) -> dict[str, Any]:
         with selectors.DefaultSelector() as selector:
             selector.register(self._response_fd, selectors.EVENT_READ)
+            if self.job_pid > 0:
+                selector.register(self._control_fd, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise _Expired()
-                if not selector.select(remaining):
+                ready = {key.fd for key, _ in selector.select(remaining)}
+                if self._control_fd in ready and self._response_fd not in ready:
+                    raise _JobEnded(self._control_report(time.monotonic() + _STOP_WAIT_S))
+                if self._response_fd not in ready:
                     continue
                 chunk = os.read(self._response_fd, 1 << 16)
                 if not chunk:
@@ -329,6 +463,8 @@ def _child_env() -> dict[str, str]:
 
 def _decode_error(reply: Mapping[str, Any]) -> Exception:
     kind = reply.get("kind", "crash")
+    if kind == "environment":  # the machine's fault, not the kernel's: never cached
+        return EnvironmentFault(str(reply.get("fault", "")), str(reply.get("message", "")))
     classes = dict(_ERROR_KINDS)
     cls = classes.get(kind, KernelCrash)
     message = str(reply.get("message", "worker error"))
@@ -339,6 +475,10 @@ def _decode_error(reply: Mapping[str, Any]) -> Exception:
 
 def _encode_error(exc: Exception) -> dict[str, Any]:
     reply: dict[str, Any] = {"ok": False, "restart": bool(getattr(exc, "taints_process", False))}
+    fault = exc if isinstance(exc, EnvironmentFault) else environment_fault(exc, "evaluating")
+    if fault is not None:
+        reply.update(kind="environment", fault=fault.kind, message=fault.message, restart=True)
+        return reply
     for kind, cls in _ERROR_KINDS:
         if isinstance(exc, cls):
             reply.update(kind=kind, message=str(exc), detail=getattr(exc, "detail", ""))
@@ -350,23 +490,83 @@ def _encode_error(exc: Exception) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- child side
 
-def serve(handlers: Mapping[str, Handler], argv: Sequence[str] | None = None) -> int:
-    """Answer requests until the parent closes the request pipe. Runs in the worker."""
+def serve(handlers: Mapping[str, Handler], argv: Sequence[str] | None = None,
+          job_ops: frozenset[str] = frozenset()) -> int:
+    """Answer requests until the parent closes the request pipe. Runs in the worker.
+    With --control-fd, requests of `job_ops` are served only inside a job (a forked
+    process, see WorkerProcess.begin_job)."""
     parser = argparse.ArgumentParser(description="peak-tune evaluation worker")
     parser.add_argument("--request-fd", type=int, required=True)
     parser.add_argument("--response-fd", type=int, required=True)
+    parser.add_argument("--control-fd", type=int, default=-1)
     args = parser.parse_args(argv)
     faulthandler.enable()
     _die_with_parent()
+    control = args.control_fd
+    if control >= 0:
+        isolation.become_subreaper()
     with os.fdopen(args.request_fd, "rb") as requests, \
             os.fdopen(args.response_fd, "wb") as replies:
         _reply(replies, {"ok": True, "result": {"pid": os.getpid()}})
         for line in requests:
             request = json.loads(line)
-            reply = _handle(handlers, request)
-            reply.update(nonce=request.get("nonce"), seq=request.get("seq"))
-            _reply(replies, reply)
+            if control >= 0 and request.get("op") == "begin":
+                _run_job(handlers, request, requests, replies, control)
+                continue
+            if control >= 0 and request.get("op") in job_ops:
+                reply = {"ok": False, "kind": "crash", "message": "no job to run it in"}
+            else:
+                reply = _handle(handlers, request)
+            _answer(replies, request, reply)
     return 0
+
+
+def _answer(replies: IO[bytes], request: Mapping[str, Any], reply: dict[str, Any]) -> None:
+    reply.update(nonce=request.get("nonce"), seq=request.get("seq"))
+    _reply(replies, reply)
+
+
+def _run_job(handlers: Mapping[str, Handler], begin: Mapping[str, Any], requests: IO[bytes],
+             replies: IO[bytes], control: int) -> None:
+    """Fork the job; in the worker, wait for it, kill what it left and report."""
+    job = os.fork()
+    if job == 0:  # the job: never touches the control pipe
+        os.close(control)
+        _die_with_parent()
+        _answer(replies, begin, {"ok": True, "result": {"pid": os.getpid()}})
+        for line in requests:
+            request = json.loads(line)
+            if request.get("op") == "end":
+                break
+            _answer(replies, request, _handle(handlers, request))
+        replies.flush()
+        os._exit(0)
+    status = _wait_for(job)
+    leftovers = 0
+    for _ in range(10):  # what it started, reparented here: kill until none is left
+        found = isolation.tree(os.getpid())
+        if not found:
+            break
+        leftovers = max(leftovers, len(found))
+        isolation.end(found)
+        for pid in found:
+            _wait_for(pid)
+    report: dict[str, Any] = {"ended": True, "leftovers": leftovers}
+    if os.WIFSIGNALED(status):
+        report["signal"] = os.WTERMSIG(status)
+    else:
+        report["status"] = os.WEXITSTATUS(status)
+    os.write(control, (json.dumps(report) + "\n").encode())
+
+
+def _wait_for(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
 
 
 def _handle(handlers: Mapping[str, Handler], request: dict[str, Any]) -> dict[str, Any]:

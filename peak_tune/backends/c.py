@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,7 +105,7 @@ class CBackend:
     def __init__(self, profile: DeviceProfile) -> None:
         self._profile = profile
         self._host: _Host | None = None
-        self._worker = WorkerProcess(_WORKER_MODULE, scan_all=True)  # host code can fork
+        self._worker = WorkerProcess(_WORKER_MODULE, fork_jobs=True)  # host code: a job each
         self._judge = HostJudge(self._worker)
         self._calls = threading.RLock()  # one worker request or compiler run at a time
         self._loaded: set[str] = set()
@@ -180,39 +180,34 @@ class CBackend:
         build = Path(build_dir).absolute()  # the worker may not share our cwd later
         library, log_path = build / f"{key}.so", build / f"{key}.log"
         if library.exists():
-            log = log_path.read_text() if log_path.exists() else ""
+            log = _read_if_there(log_path)
             return Artifact(str(library), key, log=log, reused=True)
-        compiler = [*host.toolchain.command, *FLAGS, *defines]
-        try:
-            log = self._build(compiler, context.source, library, time_limit_s)
-        except CompileError:
-            if library.with_suffix(".c").is_file():
-                raise
-            # its source is gone: the build folder was deleted while the compiler ran (a
-            # user clearing the cache), which is no fault of the kernel; build it again
-            log = self._build(compiler, context.source, library, time_limit_s)
+        log = self._build([*host.toolchain.command, *FLAGS, *defines], context.source,
+                          library, time_limit_s)
         _write_atomically(log_path, log)
         _log.debug("compiled %s", library)
         return Artifact(str(library), key, log=log)
 
     def _build(self, compiler: list[str], text: str, library: Path, time_limit_s: float
                ) -> str:
-        """Write the source beside `library` and compile it into `library`; the log."""
-        source = library.with_suffix(".c")
-        _write_atomically(source, text)
-        temporary = library.with_name(f".{library.stem}.{os.getpid()}.{uuid.uuid4().hex}.so")
+        """Compile `text` in a folder of its own, then put its source and library in the
+        build folder; the log. A build folder deleted meanwhile (a user clearing the
+        cache) is made again: the kernel is not blamed for it."""
         try:
-            with self._calls:  # never beside a timing on this CPU (an LLM's result check)
-                log = _run_compiler([*compiler, "-o", str(temporary), str(source), *_LIBS],
-                                    time_limit_s)
-            os.replace(temporary, library)
-        except OSError as exc:
-            fault = environment_fault(exc, f"building {library}")
+            with tempfile.TemporaryDirectory(prefix="peak-tune-build-") as folder:
+                source = Path(folder) / library.with_suffix(".c").name
+                built = Path(folder) / library.name
+                _write_atomically(source, text)
+                with self._calls:  # never beside a timing on this CPU (an LLM's check)
+                    log = _run_compiler([*compiler, "-o", str(built), str(source), *_LIBS],
+                                        time_limit_s)
+                _put(library.with_suffix(".c"), lambda temporary: shutil.copy(source, temporary))
+                _put(library, lambda temporary: shutil.copy(built, temporary))
+        except OSError as exc:  # the temporary folder itself (a full /tmp)
+            fault = environment_fault(exc, f"building {library.name} in {tempfile.gettempdir()}")
             if fault is None:
                 raise
             raise fault from exc
-        finally:
-            temporary.unlink(missing_ok=True)
         return log
 
     # ------------------------------------------------------------ run
@@ -382,19 +377,36 @@ def _first_error(log: str, returncode: int) -> str:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary name (its folder made if it was
-    deleted); a full disk is an EnvironmentFault."""
+    _put(path, lambda temporary: temporary.write_text(text))
+
+
+def _put(path: Path, write: Callable[[Path], object]) -> None:
+    """`write` a temporary file beside `path`, then rename it to `path`: readers see all
+    of it or nothing. Its folder is made again if it was deleted (once more if that
+    happens as it is written); a full disk is an EnvironmentFault."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+    for attempt in range(2):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(temporary)
+            os.replace(temporary, path)
+            return
+        except FileNotFoundError:
+            if attempt:
+                raise
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            fault = environment_fault(exc, f"writing {path}")
+            if fault is None:
+                raise
+            raise fault from exc
+
+
+def _read_if_there(path: Path) -> str:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(text)
-        os.replace(temporary, path)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        fault = environment_fault(exc, f"writing {path}")
-        if fault is None:
-            raise
-        raise fault from exc
+        return path.read_text()
+    except FileNotFoundError:  # never written, or deleted with the build folder
+        return ""
 
 
 def _find_compiler() -> _Toolchain:

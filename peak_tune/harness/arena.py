@@ -37,6 +37,12 @@ class Region:
     nbytes: int
     protected: tuple[tuple[int, int], ...]  # (offset, length) of PROT_NONE ranges
 
+    def read_only(self) -> tuple[int, int]:
+        """(offset, length) of the pages holding the storage: read-only in the worker for
+        an input (a kernel that writes its inputs, even to put them back, faults)."""
+        start = self.offset - self.offset % PAGE
+        return start, self.protected[1][0] - start
+
 
 def _shm_folder() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) \
@@ -94,9 +100,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
-def map_for_kernel(path: str, regions: list[Region]) -> tuple[mmap.mmap, int]:
-    """The worker's side: map the arena and make the protected ranges PROT_NONE. Returns
-    the mapping (keep it) and its base address."""
+def map_for_kernel(path: str, regions: list[Region],
+                   read_only: list[tuple[int, int]]) -> tuple[mmap.mmap, int]:
+    """The worker's side: map the arena, make the protected ranges PROT_NONE and the
+    `read_only` ones PROT_READ. Returns the mapping (keep it) and its base address."""
     fd = os.open(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size
@@ -108,4 +115,7 @@ def map_for_kernel(path: str, regions: list[Region]) -> tuple[mmap.mmap, int]:
         for offset, length in region.protected:
             if _libc.mprotect(base + offset, length, 0) != 0:
                 raise OSError(ctypes.get_errno(), "mprotect failed on the arena")
+    for offset, length in read_only:
+        if _libc.mprotect(base + offset, length, 1) != 0:  # PROT_READ
+            raise OSError(ctypes.get_errno(), "mprotect failed on the arena")
     return mapping, base

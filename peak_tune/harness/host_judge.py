@@ -5,7 +5,8 @@ The kernel runs in a worker (peak_tune.backends._worker) on buffers in a shared 
 asks for one run at a time, stops the worker while it checks that run's output, and
 times the run by its own clock as well. So:
 
-- every run, timed ones included, has fresh inputs from a secret seed and is checked
+- every run, timed ones included, has fresh inputs from a secret seed, written while the
+  job is stopped (SIGSTOP; it runs only to make the call), and is checked
   (in full at the check sizes; by random projections at the tuned size when the spec
   declares them, see validation.check_projected; in full otherwise);
 - the verdict never travels through the worker: a forged reply can at most lie about the
@@ -34,7 +35,7 @@ from threadpoolctl import threadpool_limits
 from peak_tune.backends._wire import Timing
 from peak_tune.backends._worker import WorkerProcess, spec_to_wire
 from peak_tune.core import KernelSpec, ProblemSize
-from peak_tune.errors import KernelTimeout, WrongResult
+from peak_tune.errors import KernelCrash, KernelTimeout, WrongResult
 from peak_tune.harness.arena import Arena
 from peak_tune.harness.values import secret_seed
 from peak_tune.validation import (
@@ -121,6 +122,7 @@ class HostJudge:
         new inputs and checked. Samples in ms; WrongResult, KernelCrash, KernelTimeout."""
         deadline = time.monotonic() + timeout_s
         try:
+            self._worker.begin_job(timeout_s)
             for check in check_sizes:
                 self._run(spec, check, dtype, target, deadline, project=False)
             one_run_ms, _ = self._run(spec, size, dtype, target, deadline)
@@ -131,13 +133,14 @@ class HostJudge:
                 run = self._run(spec, size, dtype, target, deadline, flush=True)
                 reported.append(run[0])
                 seen.append(run[1])
-            self._worker.check_clean()
+        except (WrongResult, KernelCrash):
+            self._end_job(deadline)  # a breach found there says more than the failure
+            self.close()  # guards may be dirty: fresh arenas next time
+            raise
         except KernelTimeout:
             self.close()
             raise KernelTimeout(f"kernel timed out after {timeout_s:g} s") from None
-        except WrongResult:
-            self.close()  # guards may be dirty: fresh arenas next time
-            raise
+        self._end_job(deadline)
         if statistics.median(reported) < CONFIRMED * statistics.median(seen) - \
                 CONFIRM_SLACK_MS:
             _log.warning("timings reported by the worker (median %.3f ms) are below what "
@@ -146,12 +149,28 @@ class HostJudge:
             return seen
         return reported
 
+    @staticmethod
+    def _remaining(deadline: float) -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise KernelTimeout("kernel timed out: the evaluation's time limit passed")
+        return remaining
+
+    def _end_job(self, deadline: float) -> None:
+        self._worker.end_job(max(deadline - time.monotonic(), 0.0) + 5.0)
+        self._worker.check_clean()
+
     def _run(self, spec: KernelSpec, size: ProblemSize, dtype: str, target: RunTarget,
              deadline: float, project: bool = True,
              flush: bool = False) -> tuple[float, float]:
         """One run on fresh inputs, judged; its duration in ms as the worker reported it
         and as the judge saw it."""
         kept = self._problem(spec, size, dtype)
+        request = {"op": "prepare", "arena": kept.arena.path, "regions": kept.layout,
+                   "spec": spec_to_wire(spec), "dtype": dtype, "size": size.as_dict(),
+                   "vendor": target.vendor, "library": target.library, "entry": target.entry}
+        self._worker.call(request, self._remaining(deadline))
+        self._worker.pause()  # the inputs are written while no thread of the job runs
         problem = kept.problem.refill(secret_seed())
         with threadpool_limits(limits=1, user_api="blas"):  # no BLAS threads spinning
             if project and projectable(spec):
@@ -163,24 +182,15 @@ class HostJudge:
             if self._flusher is None:
                 self._flusher = CacheFlusher()
             self._flusher.flush()
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise KernelTimeout("kernel timed out: the evaluation's time limit passed")
-        request = {"op": "run", "arena": kept.arena.path, "regions": kept.layout,
-                   "spec": spec_to_wire(spec), "dtype": dtype, "size": size.as_dict(),
-                   "vendor": target.vendor, "library": target.library, "entry": target.entry}
-        reply = self._worker.call(request, remaining)
+        reply = self._worker.call({"op": "go"}, self._remaining(deadline))  # resumes it
         reported_ms = float(reply["elapsed_ns"]) / 1e6
         seen_ms = (self._worker.last_round_trip_s - self._worker.reply_floor_s) * 1e3
-        self._worker.pause()
-        try:
-            with np.errstate(all="ignore"), threadpool_limits(limits=1, user_api="blas"):
-                if expected is None:
-                    check_projected(problem, projections)
-                else:
-                    check_outputs(problem, expected)
-        finally:
-            self._worker.resume()
+        self._worker.pause()  # until the next request: nothing runs while we judge and
+        with np.errstate(all="ignore"), threadpool_limits(limits=1, user_api="blas"):
+            if expected is None:  # write the next inputs
+                check_projected(problem, projections)
+            else:
+                check_outputs(problem, expected)
         return reported_ms, max(seen_ms, 0.0)
 
     def _problem(self, spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:
@@ -204,7 +214,9 @@ def _arena_problem(spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:
         layout.append({"name": buffer.arg.name, "offset": region.offset,
                        "data_offset": region.offset + guard_elements(itemsize) * itemsize,
                        "count": buffer.count, "shape": list(buffer.shape),
-                       "protected": [list(p) for p in region.protected]})
+                       "protected": [list(p) for p in region.protected],
+                       "read_only": list(region.read_only())
+                       if buffer.arg.intent == "in" else []})
     return _Kept(arena, problem, layout)
 
 

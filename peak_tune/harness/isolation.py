@@ -1,12 +1,12 @@
 """What a worker process leaves behind: processes it started, found through /proc.
 
-A kernel runs in a worker that is the leader of its own session and process group and
-carries a token in its environment (`TOKEN_VARIABLE`). Anything it forks is its child,
-stays in its session unless it calls setsid(), and inherits the token unless it scrubs
-its own environment block. `descendants` finds all three kinds; `end` kills them. A
-process that leaves the session, rewrites its environment and is reparented away can
-still escape this scan (see the README's threat model); the timeout and the next
-worker's fresh start bound what it can do to later results.
+Host code runs in a job process forked, per evaluation, by a worker that is a child
+subreaper (`become_subreaper`): whatever the kernel starts, however it detaches (double
+fork, setsid), stays a descendant of the worker, so walking the worker's children
+(`tree`) finds it. Where the subreaper cannot be set (not Linux), the worker is the
+leader of its own session and group and carries a token in its environment
+(`TOKEN_VARIABLE`), and `descendants` also scans /proc for those; a process that leaves
+the session and scrubs its environment escapes that scan (the README's threat model).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import os
 import signal
 from pathlib import Path
 
-__all__ = ["TOKEN_VARIABLE", "children", "descendants", "end"]
+__all__ = ["TOKEN_VARIABLE", "become_subreaper", "children", "descendants", "end", "stopped",
+           "tree"]
 
 TOKEN_VARIABLE = "PEAK_TUNE_WORKER_TOKEN"
 _PROC = Path("/proc")
@@ -36,6 +37,46 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def tree(pid: int) -> set[int]:
+    """Every descendant of `pid` (children, their children, ...)."""
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        for child in children(frontier.pop()):
+            if child not in found and child != pid:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of its descendants (Linux prctl); whether
+    it worked."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def stopped(pid: int) -> bool | None:
+    """Whether every thread of `pid` is stopped (state T); None if it is gone."""
+    try:
+        tasks = list((_PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            text = (task / "stat").read_text()
+        except OSError:
+            continue
+        if text[text.rindex(")") + 2] not in "Tt":
+            return False
+    return True
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     try:
         text = (_PROC / str(pid) / "stat").read_text()
@@ -54,13 +95,7 @@ def _has_token(pid: int, token: bytes) -> bool:
 def descendants(leader: int, token: str, scan_all: bool = True) -> set[int]:
     """Processes other than `leader` that it started: its children and their children,
     and (`scan_all`) any process in its session or carrying its token."""
-    found: set[int] = set()
-    frontier = [leader]
-    while frontier:
-        for child in children(frontier.pop()):
-            if child not in found and child != leader:
-                found.add(child)
-                frontier.append(child)
+    found = tree(leader)
     if not scan_all:
         return found
     marker = f"{TOKEN_VARIABLE}={token}".encode()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from peak_tune.core import Measurement
+from peak_tune.errors import environment_fault
 from peak_tune.harness.noise import timing_spread
 
 __all__ = ["MAX_TIMINGS", "VENDOR_ATTR", "VendorClock", "VendorFigure", "VendorSchedule",
@@ -241,8 +242,11 @@ class VendorStore:
             with os.fdopen(handle, "w") as out:
                 json.dump(figure.to_json(), out, sort_keys=True)
             os.replace(temporary, path)
-        except BaseException:
+        except BaseException as exc:
             Path(temporary).unlink(missing_ok=True)
+            fault = environment_fault(exc, f"writing the vendor's timings to {path}")
+            if fault is not None:
+                raise fault from exc
             raise
 
 

@@ -77,8 +77,13 @@ CHEATS = (
     Case("fork_daemon", REJECT, "process", alone=True),
     Case("escaped_helper_precompute", REJECT, "process", alone=True),
     Case("thread_finish_late", REJECT, "thread"),
-    Case("background_precompute", REJECT, "thread"),
-    Case("vendor_sabotage", REJECT, "thread"),
+    # its thread can only see a run's inputs once the job is resumed for the call (the
+    # judge writes them while the job is stopped); what it computes then is inside the
+    # round trip the judge's clock confirms, so it is timed at its own honest speed
+    Case("background_precompute", NO_GAIN, "thread"),
+    # the vendor is timed in a job process of its own: a kernel's leftover thread dies
+    # with the kernel's job and cannot slow it (its figure is checked like the others')
+    Case("vendor_sabotage", NO_GAIN, "thread"),
     # the clock and the harness's own code and data
     Case("clock_tamper_got", NO_GAIN, "clock"),
     Case("python_fake_clock", NO_GAIN, "clock"),

@@ -38,6 +38,7 @@ from peak_tune.errors import (
     BuildOverBudget,
     CatalogError,
     CompileError,
+    EnvironmentFault,
     InvalidPoint,
     UserError,
 )
@@ -197,7 +198,7 @@ def test_a_build_past_its_time_limit_is_stopped_and_the_next_one_builds(
 def test_a_compiler_that_dies_is_a_compile_error_and_the_next_build_works(
     backend: CudaBackend, tmp_path: Path
 ) -> None:
-    """NVRTC crashing (here: its process killed mid-build) fails that variant only."""
+    """NVRTC crashing (here: its process faulting mid-build) fails that variant only."""
     failed: list[BaseException] = []
 
     def build() -> None:
@@ -215,11 +216,40 @@ def test_a_compiler_that_dies_is_a_compile_error_and_the_next_build_works(
         time.sleep(0.05)
     assert busy, "no compiler process started"
     time.sleep(0.3)
-    os.kill(busy[0]._proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    os.kill(busy[0]._proc.pid, signal.SIGSEGV)  # type: ignore[union-attr]
     builder.join(60)
-    assert len(failed) == 1 and str(failed[0]) == "compile error: NVRTC crashed (SIGKILL)"
+    assert len(failed) == 1 and str(failed[0]) == "compile error: NVRTC crashed (SIGSEGV)"
     assert backend.compile(context_of(SLOW_SOURCE), {"STEPS": 2}, "float32",
                            str(tmp_path)).resources
+
+
+@needs_nvrtc
+def test_a_compiler_killed_from_outside_is_the_machines_fault(
+    backend: CudaBackend, tmp_path: Path
+) -> None:
+    """SIGKILL (the out-of-memory killer's signal) is not the kernel's doing: an
+    EnvironmentFault, which is never cached as the variant's compile error."""
+    caught: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            backend.compile(context_of(SLOW_SOURCE), {"STEPS": 512}, "float32", str(tmp_path))
+        except (CompileError, EnvironmentFault) as exc:
+            caught.append(exc)
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    deadline = time.monotonic() + 30
+    busy = []
+    while not busy and time.monotonic() < deadline:
+        busy = [c for c in _COMPILERS._started if c.running and c not in _COMPILERS._idle]
+        time.sleep(0.05)
+    assert busy, "no compiler process started"
+    time.sleep(0.3)
+    os.kill(busy[0]._proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    builder.join(60)
+    assert len(caught) == 1 and isinstance(caught[0], EnvironmentFault)
+    assert "compiler killed" in str(caught[0])
 
 
 @needs_nvrtc
