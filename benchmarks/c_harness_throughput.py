@@ -47,7 +47,8 @@ def main() -> int:
     parser.add_argument("--evaluations", type=int, default=40)
     parser.add_argument("--label", default="after")
     args = parser.parse_args()
-    device = load_device(ROOT / "backends" / "devices" / "cpu.toml")
+    backend = CBackend(load_device(ROOT / "backends" / "devices" / "cpu.toml"))
+    device = backend.probe()  # the host's facts (vector width, cores) filled in
     spec = load_spec(ROOT / "seeds" / "matmul")
     catalog = load_transformations([ROOT / "transforms"])
     applier = ReferenceApplier()
@@ -60,7 +61,7 @@ def main() -> int:
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "label": args.label,
                               "size": size.as_dict(), "sequence": list(SEQUENCE),
                               "command": shlex.join(["python3", *sys.argv])}
-    with CBackend(device) as backend:
+    with backend:
         result["fingerprint"] = dict(backend.fingerprint())
         points = []
         for values in POINTS:

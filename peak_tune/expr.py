@@ -8,6 +8,7 @@ Python's `ast`, restricted to arithmetic, comparisons, boolean logic and a few f
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -97,7 +98,9 @@ def _walk(node: ast.AST, names: Mapping[str, Any], text: str) -> Any:
     raise ExpressionError(f"unsupported syntax {ast.dump(node)[:40]!r} in expression {text!r}")
 
 
+@functools.lru_cache(maxsize=1024)
 def _parse(text: str) -> ast.Expression:
+    """The expression's tree (kept: the harness evaluates a few expressions per run)."""
     try:
         return ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:

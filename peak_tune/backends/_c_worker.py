@@ -112,7 +112,7 @@ def _vendor_call(spec: KernelSpec, arrays: dict[str, np.ndarray],
     return run_reference
 
 
-_prepared: list[Call] = []  # the call `go` makes
+_prepared: dict[str, Call] = {}  # arena -> the call `go` makes there (this job's kernel)
 
 
 def _prepare(request: dict[str, Any]) -> dict[str, Any]:
@@ -126,14 +126,14 @@ def _prepare(request: dict[str, Any]) -> dict[str, Any]:
         call = _vendor_call(spec, arrays, ProblemSize.of(request["size"]).as_dict())
     else:
         call = _kernel_call(request, spec, base)
-    _prepared[:] = [call]
+    _prepared[str(request["arena"])] = call
     return {}
 
 
 def _go(request: dict[str, Any]) -> dict[str, Any]:
-    if not _prepared:
-        raise UserError("no call prepared")
-    call = _prepared[0]
+    call = _prepared.get(str(request["arena"]))
+    if call is None:
+        raise UserError("no call prepared for this arena")
     start = time.perf_counter_ns()
     call()
     elapsed_ns = time.perf_counter_ns() - start

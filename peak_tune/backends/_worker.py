@@ -159,13 +159,15 @@ class WorkerProcess:
         for fd in passed:
             os.close(fd)
         try:
-            self._receive(time.monotonic() + self._startup_timeout_s)
+            ready = self._receive(time.monotonic() + self._startup_timeout_s)
         except (_Expired, _Died) as exc:
             tail = self._stderr_tail()
             self.stop()
             last = tail.strip().splitlines()[-1:] or ["no output"]
             raise BackendUnavailable(
                 f"evaluation worker {self._module} did not start: {last[0]}") from exc
+        # without a subreaper, processes that detached are looked for in all of /proc
+        self._scan_all = self._fork_jobs and not ready.get("result", {}).get("subreaper")
         self.reply_floor_s = min(self._round_trip() for _ in range(_PINGS))
         _log.debug("worker %s started (pid %d), reply floor %.0f us", self._module,
                    self._proc.pid, self.reply_floor_s * 1e6)
@@ -321,7 +323,7 @@ class WorkerProcess:
         os.killpg(self._proc.pid, signal.SIGSTOP)
         self._paused = True
         deadline = time.monotonic() + _STOP_WAIT_S
-        delay = 20e-6
+        delay = 0.0  # the stop takes tens of microseconds: look again at once, at first
         if self.job_pid > 0:
             while time.monotonic() < deadline:
                 state = isolation.stopped(self.job_pid)
@@ -333,7 +335,7 @@ class WorkerProcess:
                     self.job_pid = -1
                     raise self._job_crash(report)
                 time.sleep(delay)
-                delay = min(2 * delay, 1e-3)
+                delay = min(delay + 1e-4, 1e-3)
             self.stop()
             raise KernelCrash("kernel crashed: the job did not stop for its check")
         while time.monotonic() < deadline:
@@ -503,11 +505,10 @@ def serve(handlers: Mapping[str, Handler], argv: Sequence[str] | None = None,
     faulthandler.enable()
     _die_with_parent()
     control = args.control_fd
-    if control >= 0:
-        isolation.become_subreaper()
+    subreaper = control >= 0 and isolation.become_subreaper()
     with os.fdopen(args.request_fd, "rb") as requests, \
             os.fdopen(args.response_fd, "wb") as replies:
-        _reply(replies, {"ok": True, "result": {"pid": os.getpid()}})
+        _reply(replies, {"ok": True, "result": {"pid": os.getpid(), "subreaper": subreaper}})
         for line in requests:
             request = json.loads(line)
             if control >= 0 and request.get("op") == "begin":
