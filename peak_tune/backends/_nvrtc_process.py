@@ -13,16 +13,15 @@ Parent side: `build_cubin`. Child side: `python -m peak_tune.backends._nvrtc_pro
 from __future__ import annotations
 
 import atexit
-import os
 import signal
 import sys
 import threading
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from peak_tune.backends._files import write_atomically
 from peak_tune.backends._nvrtc import compile_cubin, cubin_resources, ptxas_resources
 from peak_tune.backends._worker import WorkerProcess, serve
 from peak_tune.backends.base import over_budget_message
@@ -34,10 +33,9 @@ from peak_tune.errors import (
     EnvironmentFault,
     KernelCrash,
     KernelTimeout,
-    environment_fault,
 )
 
-__all__ = ["NVRTC_TIMEOUT_S", "build_cubin", "write_atomically"]
+__all__ = ["NVRTC_TIMEOUT_S", "build_cubin", "write_atomically"]  # the last from _files
 
 NVRTC_TIMEOUT_S = 300.0  # a build longer than this is taken for a hung compiler
 _MODULE = "peak_tune.backends._nvrtc_process"
@@ -106,22 +104,6 @@ def build_cubin(source: str, options: Sequence[str], name: str, entry: str, cubi
     if "fault" in reply:  # the machine's, in the compiler process: typed, not a log line
         raise EnvironmentFault(str(reply["fault"]), str(reply["message"]))
     return str(reply["log"]), {k: int(v) for k, v in reply["resources"].items()}
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary name: readers see all of it or none.
-    Its folder is made again if it was deleted; a full disk is an EnvironmentFault."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        fault = environment_fault(exc, f"writing {path}")
-        if fault is None:
-            raise
-        raise fault from exc
 
 
 def _compile(request: dict[str, Any]) -> dict[str, Any]:

@@ -184,13 +184,15 @@ class WorkerProcess:
         """
         if not self.running:
             self.start()
-        self.resume()
         self._clear_stderr()
         self._sequence += 1
         nonce = os.urandom(8).hex()
         try:
             began = time.perf_counter()
+            # a paused worker gets the request before it runs again: its main thread
+            # wakes with the request waiting, at the same moment as any other thread
             self._send({**request, "nonce": nonce, "seq": self._sequence})
+            self.resume()
             reply = self._receive(time.monotonic() + timeout_s)
             self.last_round_trip_s = time.perf_counter() - began
             if request.get("op") == "begin" and reply.get("ok"):

@@ -22,11 +22,11 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from peak_tune.backends._files import put_atomically, write_atomically
 from peak_tune.backends._wire import Timing, config_to_wire, macro_flags, measurement_from_reply
 from peak_tune.backends._worker import WorkerProcess
 from peak_tune.backends.base import (
@@ -184,7 +184,7 @@ class CBackend:
             return Artifact(str(library), key, log=log, reused=True)
         log = self._build([*host.toolchain.command, *FLAGS, *defines], context.source,
                           library, time_limit_s)
-        _write_atomically(log_path, log)
+        write_atomically(log_path, log)
         _log.debug("compiled %s", library)
         return Artifact(str(library), key, log=log)
 
@@ -197,12 +197,13 @@ class CBackend:
             with tempfile.TemporaryDirectory(prefix="peak-tune-build-") as folder:
                 source = Path(folder) / library.with_suffix(".c").name
                 built = Path(folder) / library.name
-                _write_atomically(source, text)
+                write_atomically(source, text)
                 with self._calls:  # never beside a timing on this CPU (an LLM's check)
                     log = _run_compiler([*compiler, "-o", str(built), str(source), *_LIBS],
                                         time_limit_s)
-                _put(library.with_suffix(".c"), lambda temporary: shutil.copy(source, temporary))
-                _put(library, lambda temporary: shutil.copy(built, temporary))
+                put_atomically(library.with_suffix(".c"),
+                               lambda temporary: shutil.copy(source, temporary))
+                put_atomically(library, lambda temporary: shutil.copy(built, temporary))
         except OSError as exc:  # the temporary folder itself (a full /tmp)
             fault = environment_fault(exc, f"building {library.name} in {tempfile.gettempdir()}")
             if fault is None:
@@ -374,32 +375,6 @@ def _first_error(log: str, returncode: int) -> str:
         if "error" in line.lower() or "undefined reference" in line:
             return line
     return lines[0] if lines else f"compiler exited with status {returncode}"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    _put(path, lambda temporary: temporary.write_text(text))
-
-
-def _put(path: Path, write: Callable[[Path], object]) -> None:
-    """`write` a temporary file beside `path`, then rename it to `path`: readers see all
-    of it or nothing. Its folder is made again if it was deleted (once more if that
-    happens as it is written); a full disk is an EnvironmentFault."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
-    for attempt in range(2):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write(temporary)
-            os.replace(temporary, path)
-            return
-        except FileNotFoundError:
-            if attempt:
-                raise
-        except OSError as exc:
-            temporary.unlink(missing_ok=True)
-            fault = environment_fault(exc, f"writing {path}")
-            if fault is None:
-                raise
-            raise fault from exc
 
 
 def _read_if_there(path: Path) -> str:

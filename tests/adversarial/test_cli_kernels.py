@@ -53,7 +53,9 @@ def test_nothing_a_kernel_starts_outlives_the_tuner(
     assert name in outcomes  # its tuner has exited
     marks = list(mark_dir.glob(f"{name}.*.pid")) + list(
         mark_dir.glob(f"{name.split('_precompute')[0]}.*.pid"))
-    assert marks, f"{name} recorded no process: the cheat did not run as written"
+    if not marks:  # killed before it could write its pid: the harness was quicker
+        assert outcomes[name].rejected, f"{name} recorded no process and was accepted"
+        return
     deadline = time.monotonic() + 2.0
     while leftover_pids(mark_dir) and time.monotonic() < deadline:
         time.sleep(0.1)

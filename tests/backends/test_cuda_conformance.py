@@ -50,7 +50,10 @@ def size() -> ProblemSize:
 @pytest.fixture(scope="module")
 def kernel(spec: KernelSpec) -> Kernel:
     def load(name: str) -> KernelContext:
-        source = (FIXTURES / "cuda" / f"{name}.cu").read_text()
+        path = FIXTURES / "cuda" / f"{name}.cu"
+        if not path.exists():  # shared with the adversarial fixtures
+            path = ROOT / "tests" / "fixtures" / "adversarial_cuda" / f"{name}.cu"
+        source = path.read_text()
         return dataclasses.replace(seed_context(spec, "cuda"), source=source)
 
     return load
