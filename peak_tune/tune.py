@@ -1205,12 +1205,25 @@ class TuneSession:
             if known is None:
                 if not timed:
                     settle_own_processes()  # the builds and the study writer idle
-                known, timed = self._retime_at(context, params, size), True
+                known, timed = self._retime_steadily(context, params, size), True
                 if not known.noisy_because:
                     self.cache.put_confirmation(key, known.to_json())
             by_size[size.label()] = known
         return Confirmation(trial, context.content_hash(), params, by_size,
                             "timed" if timed else "cache")
+
+    def _retime_steadily(self, context: KernelContext, params: dict[str, int],
+                         size: ProblemSize) -> SizeConfirmation:
+        """The re-timing at `size`, again while it is noisy (up to the noise policy's
+        re-measures, as for any timing): the first steady one, else the last."""
+        attempt = self._retime_at(context, params, size)
+        for _ in range(self.pipeline.setup.noise.remeasures):
+            if not attempt.noisy_because or attempt.status is not Status.OK:
+                break
+            log.info("re-timing the best at %s was noisy (%s): again", size.label(),
+                     attempt.noisy_because)
+            attempt = self._retime_at(context, params, size)
+        return attempt
 
     def _retime_at(self, context: KernelContext, params: dict[str, int],
                    size: ProblemSize) -> SizeConfirmation:

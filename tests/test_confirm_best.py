@@ -16,6 +16,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from peak_tune.harness.noise import NoisePolicy
 from peak_tune.tune import CONFIRM_ATTR, CONFIRM_ROUNDS
 
 SMALL = ["--size", "64", "--repeats", "3"]
@@ -122,7 +123,8 @@ def test_the_summary_prints_the_end_of_run_retiming(tmp_path):
     stability = data["vendor"]["by_size"]["64x64x64"]  # its timings beside it joined the figure
     study = study_of(tmp_path, data["study"])
     reasons = [t["reason"] for t in study.user_attrs["vendor"]["64x64x64"]["timings"]]
-    assert reasons.count("end-of-run re-timing") == CONFIRM_ROUNDS
+    attempts, rest = divmod(reasons.count("end-of-run re-timing"), CONFIRM_ROUNDS)
+    assert rest == 0 and 1 <= attempts <= 1 + NoisePolicy().remeasures  # again while noisy
     assert stability["timings"] == len(reasons)
     assert best["search_gflops"] == max(t.values[0] for t in study.trials if t.values)
     assert data["search_ratio"] == pytest.approx(best["search_gflops"]
