@@ -1,22 +1,24 @@
 """Judging a host backend's runs in the tuner's process, where the kernel cannot reach.
 
-The kernel runs in a worker (peak_tune.backends._worker) on buffers in a shared arena
-(peak_tune.harness.arena); this side writes every input and poison, flushes the caches,
-asks for one run at a time, stops the worker while it checks that run's output, and
-times the run by its own clock as well. So:
+The kernel runs in a job process (peak_tune.backends._worker: forked per evaluation by
+a worker that is a child subreaper) on buffers in a shared arena (peak_tune.harness.
+arena), inputs mapped read-only there. This side writes every input and poison while the
+job is stopped, flushes the caches, sends one run's request and only then resumes the
+job, stops it again when it replies, judges that run's output, and times the run by its
+own clock as well. So:
 
-- every run, timed ones included, has fresh inputs from a secret seed, written while the
-  job is stopped (SIGSTOP; it runs only to make the call), and is checked
-  (in full at the check sizes; by random projections at the tuned size when the spec
-  declares them, see validation.check_projected; in full otherwise);
+- every run, timed ones included, has fresh inputs from a secret seed, which no thread
+  of the kernel's sees before the call, and is checked (in full at the check sizes; by a
+  random projection at the tuned size when the spec declares them, see
+  validation.check_projected; in full otherwise);
 - the verdict never travels through the worker: a forged reply can at most lie about the
   time, and that lie is bounded by the judge's own clock: if the median reported time is
-  below `CONFIRMED` of the median the judge saw (each run's round trip less the worker's
-  measured reply latency) less `CONFIRM_SLACK_MS`, the judge's times replace the reported
-  ones (a forger gains at most that margin; load, which delays single replies, moves
-  the median little); and no speed above the device's peak passes (the backend's check);
-- after the last run the worker's process tree is checked (isolation): a fork fails the
-  evaluation and everything the kernel started is killed.
+  below `CONFIRMED` x (the median the judge saw, each run's round trip less the worker's
+  reply latency, less `CONFIRM_SLACK_MS`), the judge's times replace the reported ones;
+  and no speed above the device's peak passes (the backend's check);
+- after every reply, and at the end of the job, the processes the kernel started are
+  looked for under the worker (isolation): one found fails the evaluation, and the
+  worker kills them all.
 """
 
 from __future__ import annotations
