@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from peak_tune.backends._worker import serve, spec_from_wire
+from peak_tune.backends._wire import spec_from_wire
+from peak_tune.backends._worker_child import serve
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, UserError
 from peak_tune.expr import evaluate, evaluate_int
-from peak_tune.harness.arena import Region, map_for_kernel
+from peak_tune.harness.arena import PROT_NONE, PROT_READ, Region, map_for_kernel, set_access
 from peak_tune.harness.host_judge import layout_arrays
 
 _log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ _KEPT_ARENAS = 8
 
 _libraries: dict[str, ctypes.CDLL] = {}
 _arenas: dict[str, tuple[mmap.mmap, int]] = {}  # path -> (mapping, base address)
+_inputs: dict[str, list[tuple[int, int]]] = {}  # path -> its inputs' (offset, length)
 
 Call = Callable[[], None]
 
@@ -50,6 +52,7 @@ def _arena(path: str, layout: list[Mapping[str, Any]]) -> tuple[mmap.mmap, int]:
         while len(_arenas) >= _KEPT_ARENAS:
             _arenas.pop(next(iter(_arenas)))  # unmapped once nothing refers to it
         _arenas[path] = map_for_kernel(path, regions, read_only)
+        _inputs[path] = read_only
     return _arenas[path]
 
 
@@ -131,12 +134,16 @@ def _prepare(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _go(request: dict[str, Any]) -> dict[str, Any]:
-    call = _prepared.get(str(request["arena"]))
+    path = str(request["arena"])
+    call = _prepared.get(path)
     if call is None:
         raise UserError("no call prepared for this arena")
+    base = _arenas[path][1]
+    set_access(base, _inputs[path], PROT_READ)  # the inputs open for the call alone
     start = time.perf_counter_ns()
     call()
     elapsed_ns = time.perf_counter_ns() - start
+    set_access(base, _inputs[path], PROT_NONE)
     return {"elapsed_ns": elapsed_ns}
 
 

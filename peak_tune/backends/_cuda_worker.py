@@ -37,8 +37,8 @@ from peak_tune.backends._cuda_device import (
     validate,
 )
 from peak_tune.backends._cuda_launch import evaluate_launch, geometry_fits, tensor_map_boxes
-from peak_tune.backends._wire import Timing
-from peak_tune.backends._worker import serve, spec_from_wire
+from peak_tune.backends._wire import Timing, spec_from_wire
+from peak_tune.backends._worker_child import serve
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, UserError, WrongResult
 

@@ -1,5 +1,6 @@
 """What backends send to their worker processes and read back, shared by all of them:
-timing settings, the tuning macros as compiler flags, and measurements from replies."""
+timing settings, the tuning macros as compiler flags, kernel specs, the kinds of typed
+errors a reply can carry, and measurements from replies."""
 
 from __future__ import annotations
 
@@ -9,13 +10,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from peak_tune.backends.base import EvalConfig
-from peak_tune.core import KernelSpec, Measurement, ProblemSize
-from peak_tune.errors import CompileError
+from peak_tune.core import ArgSpec, KernelSpec, Measurement, ProblemSize
+from peak_tune.errors import (
+    CompileError,
+    InvalidPoint,
+    KernelCrash,
+    KernelTimeout,
+    UserError,
+    WrongResult,
+)
 from peak_tune.expr import evaluate
 
-__all__ = ["MIN_REPEATS", "Timing", "config_to_wire", "macro_flags", "measurement_from_reply"]
+__all__ = ["ERROR_KINDS", "MIN_REPEATS", "Timing", "config_to_wire", "macro_flags",
+           "measurement_from_reply", "spec_from_wire", "spec_to_wire"]
 
 MIN_REPEATS = 3
+# the typed errors a worker's reply can carry, by the name it travels under
+ERROR_KINDS: tuple[tuple[str, type[Exception]], ...] = (
+    ("wrong_result", WrongResult),
+    ("timeout", KernelTimeout),
+    ("crash", KernelCrash),
+    ("compile", CompileError),
+    ("invalid", InvalidPoint),
+    ("user", UserError),
+)
 _MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -71,3 +89,54 @@ def macro_flags(params: Mapping[str, int], reserved: Collection[str]) -> list[st
                                "is not an integer")
         flags.append(f"-D{name}={value}")
     return flags
+
+
+def spec_to_wire(spec: KernelSpec) -> dict[str, Any]:
+    """What a worker needs of a KernelSpec, as JSON (sources are left out)."""
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "size_symbols": list(spec.size_symbols),
+        "default_size": spec.default_size.as_dict(),
+        "args": [
+            {"name": a.name, "kind": a.kind, "shape": list(a.shape), "intent": a.intent,
+             "init": a.init, "value": a.value}
+            for a in spec.args
+        ],
+        "flops": spec.flops,
+        "min_bytes": spec.min_bytes,
+        "reference": spec.reference,
+        "error_scale": spec.error_scale,
+        "tolerances": dict(spec.tolerances),
+        "dtypes": list(spec.dtypes),
+        "entry": dict(spec.entry),
+        "check_sizes": [s.as_dict() for s in spec.check_sizes],
+        "folder": spec.folder,
+        "projection": dict(spec.projection),
+    }
+
+
+def spec_from_wire(data: Mapping[str, Any]) -> KernelSpec:
+    args = tuple(
+        ArgSpec(name=a["name"], kind=a["kind"], shape=tuple(a["shape"]), intent=a["intent"],
+                init=a["init"], value=a["value"])
+        for a in data["args"]
+    )
+    return KernelSpec(
+        name=data["name"],
+        description=data["description"],
+        size_symbols=tuple(data["size_symbols"]),
+        default_size=ProblemSize.of(data["default_size"]),
+        args=args,
+        flops=data["flops"],
+        min_bytes=data["min_bytes"],
+        reference=data["reference"],
+        error_scale=data["error_scale"],
+        tolerances=dict(data["tolerances"]),
+        dtypes=tuple(data["dtypes"]),
+        sources={},
+        entry=dict(data["entry"]),
+        check_sizes=tuple(ProblemSize.of(s) for s in data["check_sizes"]),
+        folder=data["folder"],
+        projection=dict(data.get("projection", {})),
+    )

@@ -25,15 +25,12 @@ Requests and replies travel over two pipes passed with `pass_fds`, never over st
 so a kernel that prints cannot corrupt the protocol (the worker's stdout goes to
 /dev/null, its stderr to a file whose tail becomes the crash detail).
 
-The child side is `serve(handlers)`: each handler takes the request dict and returns a
-JSON-serialisable dict; typed errors it raises travel back and are raised again in the
-parent with the same class.
+The child side is peak_tune.backends._worker_child.serve; the wire format is
+peak_tune.backends._wire.
 """
 
 from __future__ import annotations
 
-import argparse
-import faulthandler
 import json
 import logging
 import os
@@ -42,48 +39,30 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 import peak_tune
-from peak_tune.core import ArgSpec, KernelSpec, ProblemSize
+from peak_tune.backends._wire import ERROR_KINDS
 from peak_tune.errors import (
     BackendUnavailable,
-    CompileError,
     EnvironmentFault,
     EvaluationError,
-    InvalidPoint,
     KernelCrash,
     KernelTimeout,
-    UserError,
     WrongResult,
-    environment_fault,
 )
 from peak_tune.harness import isolation
 
-__all__ = ["HarnessBreach", "WorkerProcess", "serve", "spec_from_wire", "spec_to_wire"]
+__all__ = ["HarnessBreach", "WorkerProcess"]
 
 _log = logging.getLogger(__name__)
 
 _STDERR_TAIL_BYTES = 4000
-_WATCHDOG_PERIOD_S = 1.0
 _PINGS = 5  # round trips timed at start: the reply latency floor
 _STOP_WAIT_S = 2.0  # a SIGSTOP not in effect after this is a worker gone wrong
-_ERROR_KINDS: tuple[tuple[str, type[Exception]], ...] = (
-    ("wrong_result", WrongResult),
-    ("timeout", KernelTimeout),
-    ("crash", KernelCrash),
-    ("compile", CompileError),
-    ("invalid", InvalidPoint),
-    ("user", UserError),
-)
-
-Handler = Callable[[dict[str, Any]], dict[str, Any]]
-
 
 class HarnessBreach(WrongResult):
     """The kernel tampered with the harness: a forged, stale or duplicated reply, or a
@@ -469,191 +448,9 @@ def _decode_error(reply: Mapping[str, Any]) -> Exception:
     kind = reply.get("kind", "crash")
     if kind == "environment":  # the machine's fault, not the kernel's: never cached
         return EnvironmentFault(str(reply.get("fault", "")), str(reply.get("message", "")))
-    classes = dict(_ERROR_KINDS)
+    classes = dict(ERROR_KINDS)
     cls = classes.get(kind, KernelCrash)
     message = str(reply.get("message", "worker error"))
     if issubclass(cls, EvaluationError):
         return cls(message, detail=str(reply.get("detail", "")))
     return cls(message)
-
-
-def _encode_error(exc: Exception) -> dict[str, Any]:
-    reply: dict[str, Any] = {"ok": False, "restart": bool(getattr(exc, "taints_process", False))}
-    fault = exc if isinstance(exc, EnvironmentFault) else environment_fault(exc, "evaluating")
-    if fault is not None:
-        reply.update(kind="environment", fault=fault.kind, message=fault.message, restart=True)
-        return reply
-    for kind, cls in _ERROR_KINDS:
-        if isinstance(exc, cls):
-            reply.update(kind=kind, message=str(exc), detail=getattr(exc, "detail", ""))
-            return reply
-    reply.update(kind="crash", message=f"{type(exc).__name__}: {exc}",
-                 detail=traceback.format_exc())
-    return reply
-
-
-# ---------------------------------------------------------------- child side
-
-def serve(handlers: Mapping[str, Handler], argv: Sequence[str] | None = None,
-          job_ops: frozenset[str] = frozenset()) -> int:
-    """Answer requests until the parent closes the request pipe. Runs in the worker.
-    With --control-fd, requests of `job_ops` are served only inside a job (a forked
-    process, see WorkerProcess.begin_job)."""
-    parser = argparse.ArgumentParser(description="peak-tune evaluation worker")
-    parser.add_argument("--request-fd", type=int, required=True)
-    parser.add_argument("--response-fd", type=int, required=True)
-    parser.add_argument("--control-fd", type=int, default=-1)
-    args = parser.parse_args(argv)
-    faulthandler.enable()
-    _die_with_parent()
-    control = args.control_fd
-    subreaper = control >= 0 and isolation.become_subreaper()
-    with os.fdopen(args.request_fd, "rb") as requests, \
-            os.fdopen(args.response_fd, "wb") as replies:
-        _reply(replies, {"ok": True, "result": {"pid": os.getpid(), "subreaper": subreaper}})
-        for line in requests:
-            request = json.loads(line)
-            if control >= 0 and request.get("op") == "begin":
-                _run_job(handlers, request, requests, replies, control)
-                continue
-            if control >= 0 and request.get("op") in job_ops:
-                reply = {"ok": False, "kind": "crash", "message": "no job to run it in"}
-            else:
-                reply = _handle(handlers, request)
-            _answer(replies, request, reply)
-    return 0
-
-
-def _answer(replies: IO[bytes], request: Mapping[str, Any], reply: dict[str, Any]) -> None:
-    reply.update(nonce=request.get("nonce"), seq=request.get("seq"))
-    _reply(replies, reply)
-
-
-def _run_job(handlers: Mapping[str, Handler], begin: Mapping[str, Any], requests: IO[bytes],
-             replies: IO[bytes], control: int) -> None:
-    """Fork the job; in the worker, wait for it, kill what it left and report."""
-    job = os.fork()
-    if job == 0:  # the job: never touches the control pipe
-        os.close(control)
-        _die_with_parent()
-        _answer(replies, begin, {"ok": True, "result": {"pid": os.getpid()}})
-        for line in requests:
-            request = json.loads(line)
-            if request.get("op") == "end":
-                break
-            _answer(replies, request, _handle(handlers, request))
-        replies.flush()
-        os._exit(0)
-    status = _wait_for(job)
-    leftovers = 0
-    for _ in range(10):  # what it started, reparented here: kill until none is left
-        found = isolation.tree(os.getpid())
-        if not found:
-            break
-        leftovers = max(leftovers, len(found))
-        isolation.end(found)
-        for pid in found:
-            _wait_for(pid)
-    report: dict[str, Any] = {"ended": True, "leftovers": leftovers}
-    if os.WIFSIGNALED(status):
-        report["signal"] = os.WTERMSIG(status)
-    else:
-        report["status"] = os.WEXITSTATUS(status)
-    os.write(control, (json.dumps(report) + "\n").encode())
-
-
-def _wait_for(pid: int) -> int:
-    while True:
-        try:
-            return os.waitpid(pid, 0)[1]
-        except ChildProcessError:
-            return 0
-        except InterruptedError:
-            continue
-
-
-def _handle(handlers: Mapping[str, Handler], request: dict[str, Any]) -> dict[str, Any]:
-    op = str(request.get("op"))
-    if op == "ping":
-        return {"ok": True, "result": {}}
-    if op not in handlers:
-        return {"ok": False, "kind": "crash", "message": f"worker has no operation {op!r}"}
-    try:
-        return {"ok": True, "result": handlers[op](request)}
-    except Exception as exc:  # every failure travels back typed
-        return _encode_error(exc)
-
-
-def _reply(stream: IO[bytes], message: Mapping[str, Any]) -> None:
-    stream.write((json.dumps(message, separators=(",", ":")) + "\n").encode())
-    stream.flush()
-
-
-def _die_with_parent() -> None:
-    """Exit when the parent process goes away, even while a kernel is running.
-
-    The request pipe's EOF ends an idle worker; this watchdog thread (the kernel runs
-    with the GIL released) ends one stuck in a kernel. PR_SET_PDEATHSIG is not used:
-    it fires when the parent *thread* that started the worker exits.
-    """
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(_WATCHDOG_PERIOD_S)
-        os._exit(3)
-
-    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
-
-
-# ---------------------------------------------------------------- wire format
-
-def spec_to_wire(spec: KernelSpec) -> dict[str, Any]:
-    """What a worker needs of a KernelSpec, as JSON (sources are left out)."""
-    return {
-        "name": spec.name,
-        "description": spec.description,
-        "size_symbols": list(spec.size_symbols),
-        "default_size": spec.default_size.as_dict(),
-        "args": [
-            {"name": a.name, "kind": a.kind, "shape": list(a.shape), "intent": a.intent,
-             "init": a.init, "value": a.value}
-            for a in spec.args
-        ],
-        "flops": spec.flops,
-        "min_bytes": spec.min_bytes,
-        "reference": spec.reference,
-        "error_scale": spec.error_scale,
-        "tolerances": dict(spec.tolerances),
-        "dtypes": list(spec.dtypes),
-        "entry": dict(spec.entry),
-        "check_sizes": [s.as_dict() for s in spec.check_sizes],
-        "folder": spec.folder,
-        "projection": dict(spec.projection),
-    }
-
-
-def spec_from_wire(data: Mapping[str, Any]) -> KernelSpec:
-    args = tuple(
-        ArgSpec(name=a["name"], kind=a["kind"], shape=tuple(a["shape"]), intent=a["intent"],
-                init=a["init"], value=a["value"])
-        for a in data["args"]
-    )
-    return KernelSpec(
-        name=data["name"],
-        description=data["description"],
-        size_symbols=tuple(data["size_symbols"]),
-        default_size=ProblemSize.of(data["default_size"]),
-        args=args,
-        flops=data["flops"],
-        min_bytes=data["min_bytes"],
-        reference=data["reference"],
-        error_scale=data["error_scale"],
-        tolerances=dict(data["tolerances"]),
-        dtypes=tuple(data["dtypes"]),
-        sources={},
-        entry=dict(data["entry"]),
-        check_sizes=tuple(ProblemSize.of(s) for s in data["check_sizes"]),
-        folder=data["folder"],
-        projection=dict(data.get("projection", {})),
-    )

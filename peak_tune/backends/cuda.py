@@ -38,8 +38,13 @@ from peak_tune.backends._cuda_launch import (
 from peak_tune.backends._ncu import ProfileReport, find_cuda_tool, profile_request
 from peak_tune.backends._nvrtc import include_dir, nvrtc_version
 from peak_tune.backends._nvrtc_process import build_cubin, write_atomically
-from peak_tune.backends._wire import config_to_wire, macro_flags, measurement_from_reply
-from peak_tune.backends._worker import WorkerProcess, _child_env, spec_to_wire
+from peak_tune.backends._wire import (
+    config_to_wire,
+    macro_flags,
+    measurement_from_reply,
+    spec_to_wire,
+)
+from peak_tune.backends._worker import WorkerProcess, _child_env
 from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["PROTECTED_BYTES", "Arena", "Region", "map_for_kernel"]
+__all__ = ["PROTECTED_BYTES", "PROT_NONE", "PROT_READ", "Arena", "Region", "map_for_kernel",
+           "set_access"]
 
 PAGE = mmap.PAGESIZE
+PROT_NONE, PROT_READ = 0, 1
 PROTECTED_BYTES = 16 * PAGE  # PROT_NONE pages before and after every buffer
 _ALIGN = 64
 
@@ -102,8 +104,9 @@ _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 def map_for_kernel(path: str, regions: list[Region],
                    read_only: list[tuple[int, int]]) -> tuple[mmap.mmap, int]:
-    """The worker's side: map the arena, make the protected ranges PROT_NONE and the
-    `read_only` ones PROT_READ. Returns the mapping (keep it) and its base address."""
+    """The worker's side: map the arena and make the protected ranges PROT_NONE, the
+    `read_only` ones (inputs) too until a call opens them (set_access). Returns the
+    mapping (keep it) and its base address."""
     fd = os.open(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size
@@ -115,7 +118,14 @@ def map_for_kernel(path: str, regions: list[Region],
         for offset, length in region.protected:
             if _libc.mprotect(base + offset, length, 0) != 0:
                 raise OSError(ctypes.get_errno(), "mprotect failed on the arena")
-    for offset, length in read_only:
-        if _libc.mprotect(base + offset, length, 1) != 0:  # PROT_READ
-            raise OSError(ctypes.get_errno(), "mprotect failed on the arena")
+    set_access(base, read_only, PROT_NONE)  # readable only during a call: see set_access
     return mapping, base
+
+
+def set_access(base: int, ranges: list[tuple[int, int]], prot: int) -> None:
+    """mprotect each (offset, length) of the mapping at `base`. The worker keeps the
+    inputs PROT_NONE except during the timed call (PROT_READ): a thread a kernel left
+    running cannot start on a run's inputs before the call does."""
+    for offset, length in ranges:
+        if _libc.mprotect(base + offset, length, prot) != 0:
+            raise OSError(ctypes.get_errno(), "mprotect failed on the arena")

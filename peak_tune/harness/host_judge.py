@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from peak_tune.backends._wire import Timing
-from peak_tune.backends._worker import WorkerProcess, spec_to_wire
+from peak_tune.backends._wire import Timing, spec_to_wire
+from peak_tune.backends._worker import WorkerProcess
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import KernelCrash, KernelTimeout, WrongResult
 from peak_tune.harness.arena import Arena

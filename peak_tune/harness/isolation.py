@@ -72,7 +72,10 @@ def stopped(pid: int) -> bool | None:
             text = (task / "stat").read_text()
         except OSError:
             continue
-        if text[text.rindex(")") + 2] not in "Tt":
+        state = text[text.rindex(")") + 2]
+        if state in "ZX":  # it died: not stopped, gone
+            return None
+        if state not in "Tt":
             return False
     return True
 
