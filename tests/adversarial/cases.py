@@ -77,9 +77,8 @@ CHEATS = (
     Case("fork_daemon", REJECT, "process", alone=True),
     Case("escaped_helper_precompute", REJECT, "process", alone=True),
     Case("thread_finish_late", REJECT, "thread"),
-    # its thread can only see a run's inputs once the job is resumed for the call (the
-    # judge writes them while the job is stopped); what it computes then is inside the
-    # round trip the judge's clock confirms, so it is timed at its own honest speed
+    # the inputs are PROT_NONE in the job except during the call: its thread faults (a
+    # crash) when it reads them between calls; at most it could have gained nothing
     Case("background_precompute", NO_GAIN, "thread"),
     # the vendor is timed in a job process of its own: a kernel's leftover thread dies
     # with the kernel's job and cannot slow it (its figure is checked like the others')
