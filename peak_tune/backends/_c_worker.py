@@ -24,7 +24,7 @@ from peak_tune.backends._worker_child import serve
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, UserError
 from peak_tune.expr import evaluate, evaluate_int
-from peak_tune.harness.arena import PROT_NONE, PROT_READ, Region, map_for_kernel, set_access
+from peak_tune.harness.arena import PROT_NONE, PROT_READ, map_for_kernel, set_access
 from peak_tune.harness.host_judge import layout_arrays
 
 _log = logging.getLogger(__name__)
@@ -45,13 +45,12 @@ Call = Callable[[], None]
 
 def _arena(path: str, layout: list[Mapping[str, Any]]) -> tuple[mmap.mmap, int]:
     if path not in _arenas:
-        regions = [Region(int(b["offset"]), 0, tuple((int(o), int(n)) for o, n in b["protected"]))
-                   for b in layout]
+        protected = [(int(o), int(n)) for b in layout for o, n in b["protected"]]
         read_only = [(int(b["read_only"][0]), int(b["read_only"][1])) for b in layout
                      if b["read_only"]]
         while len(_arenas) >= _KEPT_ARENAS:
             _arenas.pop(next(iter(_arenas)))  # unmapped once nothing refers to it
-        _arenas[path] = map_for_kernel(path, regions, read_only)
+        _arenas[path] = map_for_kernel(path, protected, read_only)
         _inputs[path] = read_only
     return _arenas[path]
 

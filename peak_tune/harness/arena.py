@@ -102,7 +102,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
-def map_for_kernel(path: str, regions: list[Region],
+def map_for_kernel(path: str, protected: list[tuple[int, int]],
                    read_only: list[tuple[int, int]]) -> tuple[mmap.mmap, int]:
     """The worker's side: map the arena and make the protected ranges PROT_NONE, the
     `read_only` ones (inputs) too until a call opens them (set_access). Returns the
@@ -114,10 +114,7 @@ def map_for_kernel(path: str, regions: list[Region],
     finally:
         os.close(fd)
     base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
-    for region in regions:
-        for offset, length in region.protected:
-            if _libc.mprotect(base + offset, length, 0) != 0:
-                raise OSError(ctypes.get_errno(), "mprotect failed on the arena")
+    set_access(base, protected, PROT_NONE)
     set_access(base, read_only, PROT_NONE)  # readable only during a call: see set_access
     return mapping, base
 

@@ -131,6 +131,7 @@ class HostJudge:
         self._worker = worker
         self._kept: dict[tuple[Any, ...], _Kept] = {}
         self._flusher: CacheFlusher | None = None
+        self._prepared: set[str] = set()  # arenas this evaluation's job has bound its call to
 
     def close(self) -> None:
         for kept in self._kept.values():
@@ -144,7 +145,7 @@ class HostJudge:
         new inputs and checked. Samples in ms; WrongResult, KernelCrash, KernelTimeout."""
         deadline = time.monotonic() + timeout_s
         blas = threadpool_limits(limits=1, user_api="blas")  # none spinning beside a run
-        self._prepared: set[str] = set()  # arenas the job has bound its call to
+        self._prepared.clear()  # a new job
         try:
             self._worker.begin_job(timeout_s)
             for check in check_sizes:
