@@ -2,12 +2,13 @@
 
 Runs `peak-tune --trials N --json` in a fresh results folder (the README's first command),
 exports its best kernel (`peak-tune export`), builds it with the C backend's flags and
-times it and numpy's matmul alone, side by side (alternating rounds, the caches flushed
-before every run, the same inputs for both), then runs the same command again (a new
-study answered by the cache). The target (issue 15): the printed ratio is within 10% of
-the ratio timed alone, and the cached re-run prints the same ratio. Meant for a quiet
-machine: other processes' CPU use during the side-by-side timing is recorded, and the
-check says so when the machine was not quiet.
+times it and numpy's matmul alone, side by side: alternating rounds, each side in a fresh
+process of its own (in one process, the threads OpenBLAS and OpenMP leave spinning after
+a call slow the other side), the caches flushed before every run. Then it runs the same
+command again (a new study answered by the cache). The target (issue 15): the printed
+ratio is within 10% of the ratio timed alone, and the cached re-run prints the same
+ratio. Meant for a quiet machine: other processes' CPU use during the side-by-side timing
+is recorded, and the check says so when the machine was not quiet.
 
     python benchmarks/cpu_ratio_check.py --trials 100 --out benchmarks/results/...json
 
@@ -66,11 +67,11 @@ def _export(results: Path, study: str, out: Path) -> list[str]:
     return command
 
 
-def _build(source: Path) -> ctypes.CDLL:
+def _build(source: Path) -> Path:
     library = source.with_suffix(".so")
     subprocess.run(["gcc", *FLAGS, "-DDTYPE=float", "-o", str(library), str(source), "-lm"],
                    capture_output=True, text=True, check=True)
-    return ctypes.CDLL(str(library))
+    return library
 
 
 def _timed_ms(call: Callable[[], None], flush: np.ndarray) -> float:
@@ -88,44 +89,81 @@ def _summary(samples_ms: list[float], flops: float) -> dict[str, Any]:
             "spread": (max(samples_ms) - min(samples_ms)) / median}
 
 
-def time_alone(source: Path, size: dict[str, int], rounds: int, repeats: int
-               ) -> dict[str, Any]:
-    """The exported kernel and numpy at `size`, alternating, nothing else of ours running."""
+def _one_side(side: str, library: str, size: dict[str, int], repeats: int) -> list[float]:
+    """In a process of its own: one warm-up, then `repeats` timed runs of the kernel or of
+    numpy, in ms (the other side's threads are gone, as in the tuner, where each runs in
+    a job of its own)."""
     m, n, k = size["M"], size["N"], size["K"]
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng()
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-    c_kernel, c_numpy = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
-    function = _build(source).matmul
-    pointer = ctypes.POINTER(ctypes.c_float)
-    function.argtypes = [pointer, pointer, pointer, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    args = (a.ctypes.data_as(pointer), b.ctypes.data_as(pointer),
-            c_kernel.ctypes.data_as(pointer), m, n, k)
+    c = np.empty((m, n), np.float32)
+    if side == "kernel":
+        function = ctypes.CDLL(library).matmul
+        pointer = ctypes.POINTER(ctypes.c_float)
+        function.argtypes = [pointer, pointer, pointer, ctypes.c_int, ctypes.c_int,
+                             ctypes.c_int]
+        args = (a.ctypes.data_as(pointer), b.ctypes.data_as(pointer),
+                c.ctypes.data_as(pointer), m, n, k)
 
-    def kernel() -> None:
-        function(*args)
-
-    def vendor() -> None:
-        np.matmul(a, b, out=c_numpy)
-
-    kernel()
-    vendor()
-    reference = a.astype(np.float64) @ b.astype(np.float64)
-    error = float(np.max(np.abs(c_kernel - reference) / (np.abs(a) @ np.abs(b) + 1e-30)))
+        def call() -> None:
+            function(*args)
+    else:
+        def call() -> None:
+            np.matmul(a, b, out=c)
     flush = np.ones(_FLUSH_BYTES // 8)
+    call()
+    return [_timed_ms(call, flush) for _ in range(repeats)]
+
+
+def _time_side(side: str, library: Path, size: dict[str, int], repeats: int) -> list[float]:
+    label = f"{size['M']}x{size['N']}x{size['K']}"
+    done = subprocess.run([sys.executable, __file__, "--time-one", side, "--library",
+                           str(library), "--size", label, "--repeats", str(repeats)],
+                          capture_output=True, text=True, check=True)
+    return [float(v) for v in json.loads(done.stdout)]
+
+
+def time_alone(source: Path, size: dict[str, int], rounds: int, repeats: int
+               ) -> dict[str, Any]:
+    """The exported kernel and numpy at `size`, nothing else of ours running: each round
+    times both, each in a process of its own, in alternating order."""
+    m, n, k = size["M"], size["N"], size["K"]
+    library = _build(source)
+    error = _kernel_error(library, size)
     kernel_ms: list[float] = []
     numpy_ms: list[float] = []
     meter, load_before = ForeignLoad(), load_average()
-    for _ in range(rounds):
-        kernel_ms += [_timed_ms(kernel, flush) for _ in range(repeats)]
-        numpy_ms += [_timed_ms(vendor, flush) for _ in range(repeats)]
+    for index in range(rounds):
+        order = ("kernel", "numpy") if index % 2 == 0 else ("numpy", "kernel")
+        for side in order:
+            samples = _time_side(side, library, size, repeats)
+            (kernel_ms if side == "kernel" else numpy_ms).extend(samples)
     flops = 2.0 * m * n * k
     kernel_figure, numpy_figure = _summary(kernel_ms, flops), _summary(numpy_ms, flops)
     return {"size": size, "rounds": rounds, "repeats": repeats, "max_error": error,
             "kernel": kernel_figure, "numpy": numpy_figure,
             "ratio": kernel_figure["gflops"] / numpy_figure["gflops"],
             "other_processes_cores": meter.cores(),
-            "load_average": [load_before, load_average()]}
+            "load_average": [load_before, load_average()],
+            "method": "each side timed in a fresh process per round (one warm-up, then "
+                      "the repeats, caches flushed before each), sides alternating"}
+
+
+def _kernel_error(library: Path, size: dict[str, int]) -> float:
+    """The exported kernel's largest error against float64, relative to |A| @ |B|."""
+    m, n, k = size["M"], size["N"], size["K"]
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    c = np.empty((m, n), np.float32)
+    pointer = ctypes.POINTER(ctypes.c_float)
+    function = ctypes.CDLL(str(library)).matmul
+    function.argtypes = [pointer, pointer, pointer, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    function(a.ctypes.data_as(pointer), b.ctypes.data_as(pointer), c.ctypes.data_as(pointer),
+             m, n, k)
+    reference = a.astype(np.float64) @ b.astype(np.float64)
+    return float(np.max(np.abs(c - reference) / (np.abs(a) @ np.abs(b) + 1e-30)))
 
 
 def main() -> int:
@@ -135,7 +173,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=15, help="side-by-side rounds")
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per round each")
     parser.add_argument("--out", help="JSON file (default: $OUT/cpu_ratio_check.json)")
+    parser.add_argument("--time-one", choices=("kernel", "numpy"), help=argparse.SUPPRESS)
+    parser.add_argument("--library", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.time_one:  # a child of time_alone
+        samples = _one_side(args.time_one, args.library, _size_of(args.size), args.repeats)
+        print(json.dumps(samples))
+        return 0
     out = Path(args.out or Path(os.environ.get("OUT", ".")) / "cpu_ratio_check.json")
     with tempfile.TemporaryDirectory(prefix="peak-tune-ratio-") as folder:
         results = Path(folder) / "results"

@@ -25,9 +25,9 @@ from peak_tune.serialize import (
     outcome_to_json,
 )
 
-__all__ = ["Cache", "CacheCounters", "application_key", "evaluation_key"]
+__all__ = ["Cache", "CacheCounters", "application_key", "confirmation_key", "evaluation_key"]
 
-_KINDS = ("contexts", "applications", "evaluations")
+_KINDS = ("contexts", "applications", "evaluations", "confirmations")
 
 
 def application_key(
@@ -47,6 +47,22 @@ def evaluation_key(
     return stable_hash(
         ["evaluate", context_hash, dict(params), dict(size), dtype, dict(fingerprint),
          spec_identity]
+    )
+
+
+def confirmation_key(
+    context_hash: str,
+    params: Mapping[str, int],
+    size: Mapping[str, int],
+    dtype: str,
+    vendor_key: str,
+    rounds: int,
+) -> str:
+    """The key of an end-of-run re-timing of a variant beside the vendor: the variant and
+    its values, the size and dtype, and the vendor's key (itself the size, dtype, backend
+    fingerprint and spec), and how many rounds were timed."""
+    return stable_hash(
+        ["confirm", context_hash, dict(params), dict(size), dtype, vendor_key, rounds]
     )
 
 
@@ -140,6 +156,15 @@ class Cache:
 
     def put_evaluation(self, key: str, outcome: Outcome) -> None:
         self._write("evaluations", key, outcome_to_json(outcome))
+
+    def get_confirmation(self, key: str) -> dict[str, Any] | None:
+        """An end-of-run re-timing (tune.SizeConfirmation.to_json()); not counted as a
+        hit or a miss (the counters are the trials')."""
+        data = self._read("confirmations", key)
+        return data if isinstance(data, dict) else None
+
+    def put_confirmation(self, key: str, record: dict[str, Any]) -> None:
+        self._write("confirmations", key, record)
 
     def _count(self, hit: bool) -> None:
         if hit:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from peak_tune.backends.base import OVER_BUDGET
 from peak_tune.core import Status
-from peak_tune.tune import TrialRecord, TuneSession
+from peak_tune.tune import CONFIRM_ROUNDS, TrialRecord, TuneSession
 
 __all__ = ["ProgressView", "summary", "print_summary"]
 
@@ -89,13 +89,50 @@ def _vendor(session: TuneSession) -> dict[str, Any]:
     }
 
 
+def _confirmation(session: TuneSession) -> dict[str, Any]:
+    """The end-of-run re-timing of the best trial beside the vendor (confirm_best):
+    "confirmed", "noisy" (flagged, not cached), "failed" (the best no longer validates)
+    or "none" (nothing re-timed, `why`)."""
+    confirmation = session.confirmation
+    if confirmation is None:
+        return {"status": "none", "why": session.confirmation_note}
+    failure = confirmation.failure
+    noisy = confirmation.noisy_because
+    by_size = {label: {"status": c.status.value, "message": c.message,
+                       "kernel_gflops": c.kernel_gflops, "vendor_gflops": c.vendor_gflops,
+                       "kernel_samples_ms": [list(r) for r in c.kernel_ms],
+                       "vendor_samples_ms": [list(r) for r in c.vendor_ms],
+                       "noisy_because": c.noisy_because, "busy_cores": c.busy_cores,
+                       "at": c.at}
+               for label, c in confirmation.by_size.items()}
+    data: dict[str, Any] = {
+        "status": "failed" if failure else "noisy" if noisy else "confirmed",
+        "why": (f"trial {confirmation.trial} failed its re-validation at {failure[0]}: "
+                f"{failure[1].status.value}: {failure[1].message}" if failure else noisy),
+        "source": confirmation.source, "trial": confirmation.trial, "rounds": CONFIRM_ROUNDS,
+        "by_size": by_size,
+    }
+    if not failure:
+        data.update(kernel_gflops=confirmation.kernel_gflops,
+                    vendor_gflops=confirmation.vendor_gflops)
+    return data
+
+
 def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
-    """The machine-readable summary (the `--json` line)."""
+    """The machine-readable summary (the `--json` line). The best and the ratio are the
+    end-of-run re-timing's where there is one (the search's best is `search_gflops`)."""
     best = session.best_trial()
     states, outcomes, notes = _counts(session.study)
     vendor = _vendor(session)
-    vendor_gflops = vendor["gflops"]
-    best_gflops = best.values[0] if best else 0.0
+    search_gflops = best.values[0] if best else 0.0
+    confirmed = _confirmation(session)
+    timed = confirmed["status"] in ("confirmed", "noisy")
+    best_gflops = confirmed["kernel_gflops"] if timed else search_gflops
+    vendor_gflops = vendor["gflops"]  # with the timings taken beside the re-timing
+    ratio = (None if confirmed["status"] == "failed" or not vendor_gflops
+             else best_gflops / vendor_gflops)
+    noisy = vendor["noisy"] or (confirmed["status"] == "noisy" if timed
+                                else bool(best and best.user_attrs.get("noisy")))
     counters = session.cache.counters
     return {
         "study": session.study.study_name,
@@ -107,6 +144,8 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
         "sizes": [s.label() for s in session.sizes],
         "best": {
             "gflops": best_gflops,
+            "search_gflops": search_gflops,  # the study's value: the best of its trials
+            "confirmed": timed,  # gflops is the end-of-run re-timing's
             "sequence": best.user_attrs.get("sequence", []) if best else [],
             "params": best.user_attrs.get("params", {}) if best else {},
             "context_hash": best.user_attrs.get("context_hash", "") if best else "",
@@ -115,9 +154,13 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "noisy": bool(best.user_attrs.get("noisy")) if best else False,
         },
         "vendor": vendor,
-        "ratio": best_gflops / vendor_gflops if vendor_gflops else None,
-        # the ratio rests on a noisy timing: the vendor's or the best trial's
-        "ratio_noisy": vendor["noisy"] or bool(best and best.user_attrs.get("noisy")),
+        "confirmation": confirmed,
+        # best over the vendor's figure; None when the best failed its re-validation
+        "ratio": ratio,
+        "search_ratio": search_gflops / vendor["gflops"] if vendor["gflops"] else None,
+        # the ratio rests on a noisy timing: the vendor's, or the re-timing's (else the
+        # best trial's)
+        "ratio_noisy": noisy,
         "trials": {
             # run to an end: trials enqueued but never started (a new study's first
             # trials per branch, the polisher's next neighbour) are not counted
@@ -162,17 +205,14 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     console = Console(stderr=to_stderr, highlight=False, file=sys.stderr if to_stderr else None)
     best, vendor = data["best"], data["vendor"]
     table = Table(title=f"peak-tune: {data['study']}", show_header=False, title_justify="left")
-    noisy_best = ", noisy: its timing stayed spread" if best.get("noisy") else ""
-    table.add_row("best", f"{best['gflops']:.2f} GFLOP/s (trial {best['trial']}{noisy_best})")
+    table.add_row("best", _best_line(best, data["confirmation"]))
     table.add_row("sequence", " > ".join(best["sequence"]) or "(seed)")
     table.add_row("parameters", ", ".join(f"{k}={v}" for k, v in best["params"].items()) or "-")
     table.add_row("vendor", f"{vendor['gflops']:.2f} GFLOP/s ({vendor['name']})")
     for label, stability in vendor.get("by_size", {}).items():
         table.add_row(f"vendor {label}", _stability_line(stability))
-    ratio = data["ratio"]
-    noisy_ratio = " (noisy: see the vendor's timings and the best trial)" if data.get(
-        "ratio_noisy") else ""
-    table.add_row("ratio", f"{ratio:.3f}x vendor{noisy_ratio}" if ratio is not None else "-")
+    table.add_row("re-timing", _confirmation_line(data["confirmation"]))
+    table.add_row("ratio", _ratio_line(data))
     trials = data["trials"]
     table.add_row("trials", f"{trials['total']} ({trials['complete']} complete, "
                   f"{trials['pruned']} pruned, {trials['failed']} failed)")
@@ -195,6 +235,47 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     table.add_row("storage", data["storage"])
     table.add_row("time", f"{data['seconds']:.1f} s")
     console.print(table)
+
+
+def _best_line(best: dict[str, Any], confirmation: dict[str, Any]) -> str:
+    status = confirmation["status"]
+    if best["trial"] is None:
+        return f"{best['gflops']:.2f} GFLOP/s (no finished trial)"
+    if status in ("confirmed", "noisy"):
+        return (f"{best['gflops']:.2f} GFLOP/s (trial {best['trial']}, the end-of-run "
+                f"re-timing{', noisy' if status == 'noisy' else ''}; the search timed "
+                f"{best['search_gflops']:.2f})")
+    noisy = ", noisy: its timing stayed spread" if best.get("noisy") else ""
+    failed = ", FAILED its re-validation" if status == "failed" else ", not re-timed"
+    return f"{best['gflops']:.2f} GFLOP/s (trial {best['trial']}, the search's{noisy}{failed})"
+
+
+def _confirmation_line(confirmation: dict[str, Any]) -> str:
+    """The end-of-run re-timing in one line."""
+    status = confirmation["status"]
+    if status == "none":
+        return confirmation["why"] or "-"
+    if status == "failed":
+        return f"FAILED: {confirmation['why']} (marked in the study)"
+    source = {"timed": "timed now", "study": "from the study",
+              "cache": "from the cache"}[confirmation["source"]]
+    line = (f"kernel {confirmation['kernel_gflops']:.2f} / vendor "
+            f"{confirmation['vendor_gflops']:.2f} GFLOP/s, {confirmation['rounds']} rounds "
+            f"of each, interleaved, the vendor's joining its figure ({source})")
+    return line + (f" (NOISY, not cached: {confirmation['why']})" if status == "noisy" else "")
+
+
+def _ratio_line(data: dict[str, Any]) -> str:
+    ratio, status = data["ratio"], data["confirmation"]["status"]
+    if ratio is None:
+        return ("- (the best trial failed its re-validation)" if status == "failed"
+                else "-")
+    if status in ("confirmed", "noisy"):
+        noisy = ", noisy" if data.get("ratio_noisy") else ""
+        return f"{ratio:.3f}x vendor (the best's end-of-run re-timing{noisy})"
+    noisy = ", noisy: see the vendor's timings and the best trial" if data.get(
+        "ratio_noisy") else ""
+    return f"{ratio:.3f}x vendor (the search's best, not re-timed{noisy})"
 
 
 def _stability_line(stability: dict[str, Any]) -> str:
