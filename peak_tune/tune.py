@@ -464,9 +464,13 @@ class TuneSession:
         _check_fixed_sequence(config.sequence, self.transformations)
         if config.replay is None:  # a replay allocates nothing
             _check_host_memory(self.spec, self.sizes, config.dtype)
-        _check_results_folder(config.results)
         self.backend: Backend = self._backend(backend_name)
-        self.device = self.backend.probe()
+        try:  # before anything is created: a device that is not here leaves nothing
+            self.device = self.backend.probe()
+            _check_results_folder(config.results)
+        except BaseException:
+            self.backend.close()
+            raise
         self.cache = Cache(config.results / "cache")
         self.applier = self._applier()
         setup = PipelineSetup(self.spec, config.dtype, self.device, self.transformations,

@@ -8,35 +8,46 @@ from peak_tune.backends.base import Backend, Capabilities
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.errors import UserError
 
-__all__ = ["BACKENDS", "capabilities", "make_backend"]
+__all__ = ["BACKENDS", "FOREIGN_DEVICES", "capabilities", "make_backend"]
 
 # name -> "module:Class"; imported only when chosen (GPU stacks are heavy and optional).
 BACKENDS: dict[str, str] = {
     "c": "peak_tune.backends.c:CBackend",
     "cuda": "peak_tune.backends.cuda:CudaBackend",
+    "hip": "peak_tune.backends.hip:HipBackend",
+}
+# (backend, the device profile's own backend) -> the class that drives such a device
+# with another backend's sources: HIP on NVIDIA GPUs.
+FOREIGN_DEVICES: dict[tuple[str, str], str] = {
+    ("hip", "cuda"): "peak_tune.backends.hip:HipOnCudaBackend",
 }
 
 
-def _backend_class(name: str) -> type:
+def _backend_class(name: str, device_backend: str | None = None) -> type:
     if name not in BACKENDS:
         raise UserError(f"unknown backend {name!r} (available: {', '.join(sorted(BACKENDS))})")
-    module_name, class_name = BACKENDS[name].split(":")
+    where = BACKENDS[name]
+    if device_backend not in (None, name):
+        where = FOREIGN_DEVICES[(name, device_backend)]
+    module_name, class_name = where.split(":")
     found: type = getattr(importlib.import_module(module_name), class_name)
     return found
 
 
-def capabilities(name: str) -> Capabilities:
-    """What backend `name` declares (its class attribute; no device is touched)."""
-    declared: Capabilities = _backend_class(name).capabilities  # type: ignore[attr-defined]
+def capabilities(name: str, device_backend: str | None = None) -> Capabilities:
+    """What backend `name` declares for devices of `device_backend` (default: its own);
+    the class attribute, no device is touched."""
+    declared: Capabilities = _backend_class(  # type: ignore[attr-defined]
+        name, device_backend).capabilities
     return declared
 
 
 def make_backend(name: str, device: DeviceProfile) -> Backend:
     if name not in BACKENDS:
         raise UserError(f"unknown backend {name!r} (available: {', '.join(sorted(BACKENDS))})")
-    if device.backend != name:
+    if device.backend != name and (name, device.backend) not in FOREIGN_DEVICES:
         raise UserError(
             f"device {device.name!r} is driven by the {device.backend!r} backend, not {name!r}"
         )
-    backend: Backend = _backend_class(name)(device)
+    backend: Backend = _backend_class(name, device.backend)(device)
     return backend

@@ -169,10 +169,13 @@ class CudaBackend:
         self._check_resources(context, params, None)  # before NVRTC: no build to waste
         element, accumulator = _CUDA_TYPES[dtype]
         options = [*FLAGS, f"-arch={self._arch()}", f"-DDTYPE={element}",
-                   f"-DACC={accumulator}", *macro_flags(params, _RESERVED_MACROS)]
+                   f"-DACC={accumulator}", *self._language_defines(),
+                   *macro_flags(params, _RESERVED_MACROS)]
         version = nvrtc_version()
-        key = stable_hash({"context": context.content_hash(), "options": options,
-                           "params": sorted(params.items()), "nvrtc": version})
+        identity = {"context": context.content_hash(), "options": options,
+                    "params": sorted(params.items()), "nvrtc": version}
+        identity.update(self._language_identity())
+        key = stable_hash(identity)
         build = Path(build_dir).absolute()
         build.mkdir(parents=True, exist_ok=True)
         cubin, sidecar = build / f"{key}.cubin", build / f"{key}.json"
@@ -181,14 +184,25 @@ class CudaBackend:
             artifact = Artifact(str(cubin), key, log=record["log"], reused=True,
                                 resources=record["resources"])
         else:
-            headers = include_dir()
+            headers = [*self._language_includes(), *([include_dir()] if include_dir() else [])]
             log, resources = build_cubin(
-                context.source, [*options, *([f"-I{headers}"] if headers else [])],
+                context.source, [*options, *(f"-I{h}" for h in headers)],
                 f"{key}.cu", context.entry, cubin, time_limit_s)
             write_atomically(sidecar, json.dumps({"log": log, "resources": resources}).encode())
             artifact = Artifact(str(cubin), key, log=log, resources=resources)
         self._check_resources(context, params, artifact)
         return artifact
+
+    # The source language: CUDA here; HIP on NVIDIA (backends.hip) adds its header.
+    def _language_defines(self) -> list[str]:
+        return []
+
+    def _language_includes(self) -> list[str]:
+        return []
+
+    def _language_identity(self) -> dict[str, str]:
+        """What else a build's key holds (the added headers' content)."""
+        return {}
 
     def _check_resources(
         self, context: KernelContext, params: Mapping[str, int], artifact: Artifact | None

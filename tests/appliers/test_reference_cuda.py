@@ -58,6 +58,9 @@ ORDERS = (  # the same or overlapping steps in different legal orders
      "launch-bounds"),
 )
 TENSOR_STEPS = {"tensor-core", "tensor-tiling", "ldmatrix", "wgmma"}
+# every CUDA transformation: the NVIDIA-only ones and those written for CUDA and HIP alike
+CUDA_IDS = [p.stem for folder in ("cuda", "gpu")
+            for p in sorted((ROOT / "transforms" / folder).glob("*.md"))]
 SIZES = {"M": 512, "N": 512, "K": 512}
 
 
@@ -124,7 +127,7 @@ def test_catalog_is_fully_implemented_and_registered(cuda_catalog):
     for tid, transformation in cuda_catalog.items():
         assert CudaMatmul().implements(tid), tid
         assert applier.implements("cuda", "matmul", tid), tid
-        assert transformation.backends == ("cuda",)
+        assert transformation.backends in (("cuda",), ("cuda", "hip"))
         assert transformation.passes[0].region in ("macros", "device")
 
 
@@ -151,8 +154,7 @@ def test_launch_passes_match_the_transformations_that_change_the_geometry(
 # ---------------------------------------------------------------- each step
 
 
-@pytest.mark.parametrize("tid", [p.stem for p in sorted((ROOT / "transforms" / "cuda").glob(
-    "*.md"))])
+@pytest.mark.parametrize("tid", CUDA_IDS)
 def test_each_transformation_applies_after_its_prefix(tid, cuda_catalog, cuda_seed, h200):
     parent = build(cuda_seed, minimal_prefix(tid, cuda_catalog), cuda_catalog, h200)
     child = apply_transformation(parent, cuda_catalog[tid], h200)
@@ -168,8 +170,7 @@ def test_each_transformation_applies_after_its_prefix(tid, cuda_catalog, cuda_se
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("tid", [p.stem for p in sorted((ROOT / "transforms" / "cuda").glob(
-    "*.md"))])
+@pytest.mark.parametrize("tid", CUDA_IDS)
 def test_each_transformation_builds_with_nvrtc(tid, cuda_catalog, cuda_seed, h200, tmp_path):
     context = build(cuda_seed, minimal_prefix(tid, cuda_catalog) + [tid], cuda_catalog, h200)
     assert_builds(context, tmp_path)

@@ -279,7 +279,7 @@ def test_tma_kernels_validate_with_the_backends_tensor_maps(
     from peak_tune.appliers.reference.cuda_matmul import apply_transformation
     from peak_tune.catalog.loaders import load_transformations
 
-    catalog = load_transformations([ROOT / "transforms" / "cuda"])
+    catalog = load_transformations([ROOT / "transforms"])
     context = seed_context(spec, "cuda")
     for step in TMA_SEQUENCES[kernel]:
         context = apply_transformation(context, catalog[step], profile)

@@ -21,7 +21,9 @@ __all__ = [
     "wrong_result_message",
 ]
 
-PROMPT_VERSION = 2  # 2: wrong results go back to the model for repair
+# 2: wrong results go back to the model for repair. The HIP table below came with the
+# HIP backend: no HIP prompt was asked before it, so C and CUDA keys stay as they were.
+PROMPT_VERSION = 2
 LAUNCH_KEYS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_bytes")
 REGION_NAMES = {"device": "device code", "macros": "macros", "launch": "launch geometry"}
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -56,6 +58,29 @@ parameters.
 3. Apply exactly the change the step describes and keep the rest.
 4. Reply with the whole new launch geometry in one fenced ```json code block and \
 nothing else."""
+
+
+# Transformations for CUDA and HIP are written once, in CUDA's words; a HIP kernel gets
+# this table with the step (the PEAK paper's translation for its HIP backend).
+_HIP_VOCABULARY = "\n".join((
+    "The step is written in CUDA's words; this kernel is HIP. Translate as you go:",
+    "| CUDA | HIP |",
+    "| --- | --- |",
+    "| threadIdx, blockIdx, blockDim, gridDim, __syncthreads(), atomicAdd | the same |",
+    "| a warp of 32 threads | a wavefront of {warp_size} lanes on this device "
+    "(PT_WARP_SIZE where the kernel defines it, else warpSize) |",
+    "| __shfl_sync(mask, v, l), __shfl_down_sync, __shfl_xor_sync "
+    "| __shfl(v, l), __shfl_down(v, d), __shfl_xor(v, m) (no mask) |",
+    "| shared memory (__shared__) | LDS (__shared__ too), "
+    "{shared_memory_per_block_kib} KiB per workgroup here |",
+    "| streaming multiprocessor (SM) | compute unit (CU); {sms} on this device |",
+    "| __launch_bounds__(threads, minBlocks) | __launch_bounds__(threads) "
+    "(a second argument means waves per execution unit) |",
+    "| #include <cuda_fp16.h>, __half | #include <hip/hip_fp16.h>, __half |",
+    "| __nanosleep, __ldcg, __trap "
+    "| PT_PAUSE(), PT_LOAD_L2(p), PT_TRAP() where the kernel defines them |",
+    "Never use PTX (asm), cp.async, ldmatrix, mma.sync, wgmma or TMA: "
+    "they do not exist in HIP."))
 
 
 def fill_placeholders(text: str, device: DeviceProfile,
@@ -100,6 +125,7 @@ def pass_messages(
         fill_placeholders(step.text.strip(), device, frozenset(
             p.name for p in context.params + transformation.params)),
         "",
+        *([fill_placeholders(_HIP_VOCABULARY, device), ""] if context.backend == "hip" else []),
         "## Tuning parameters already in the kernel (values chosen by the tuner)",
         _params_line(context.params),
         "",

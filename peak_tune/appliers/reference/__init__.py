@@ -18,7 +18,7 @@ from peak_tune.errors import ApplyError, InvalidPoint
 
 from .c_matmul import CMatmul
 from .change import ReferenceChange
-from .cuda_matmul import CudaMatmul
+from .cuda_matmul import CudaMatmul, HipMatmul
 
 __all__ = ["IMPLEMENTATIONS", "ReferenceApplier", "ReferenceChange", "ReferenceKernel"]
 
@@ -40,6 +40,7 @@ class ReferenceKernel(Protocol):
 IMPLEMENTATIONS: Mapping[tuple[str, str], ReferenceKernel] = {
     ("c", "matmul"): CMatmul(),
     ("cuda", "matmul"): CudaMatmul(),
+    ("hip", "matmul"): HipMatmul(),
 }
 
 

@@ -1,6 +1,6 @@
-"""Reference transformations of the CUDA matmul: lift the naive seed, rewrite a kernel
-plan (plan.py) as each transformation's text says, print it back as CUDA C++ together
-with its launch geometry.
+"""Reference transformations of the GPU matmul: lift the naive seed, rewrite a kernel
+plan (plan.py) as each transformation's text says, print it back as CUDA C++ or HIP
+(dialect.py: one plan, either dialect) together with its launch geometry.
 
 Unlike the C kernel, a CUDA child also changes KernelContext.launch (grid, block,
 dynamic shared memory) and may declare size constraints: `CudaMatmul.apply` returns all
@@ -18,10 +18,10 @@ from ..change import ReferenceChange, check_declared
 from .emit import emit_source
 from .geometry import launch_of, macros_used
 from .lift import lift_seed
-from .plan import Plan, dump_plan, load_plan, structure_problem
+from .plan import NAIVE_HIP, Plan, dump_plan, load_plan, structure_problem
 from .rules import RULES
 
-__all__ = ["CudaChange", "CudaMatmul", "Plan", "apply_transformation", "emit_source",
+__all__ = ["CudaChange", "CudaMatmul", "HipMatmul", "Plan", "apply_transformation", "emit_source",
            "launch_of", "macros_used", "plan_of"]
 
 IDENTITY = "reference/1"  # the reference applier's identity (reference/__init__.py)
@@ -36,11 +36,14 @@ def plan_of(context: KernelContext) -> Plan:
     if not context.state:
         if context.applied or context.lineage is not None:
             raise ApplyError(f"{_FOREIGN} (this variant has no reference state)")
-        return lift_seed(context.source, context.entry)
+        naive = lift_seed(context.source, context.entry)
+        return NAIVE_HIP if context.backend == "hip" else naive
     try:
         plan = load_plan(context.state)
     except ApplyError as exc:
         raise ApplyError(f"{_FOREIGN} ({exc})") from exc
+    if plan.hip != (context.backend == "hip"):
+        raise ApplyError(f"{_FOREIGN} (its plan is for the other dialect)")
     if emit_source(plan, context.entry) != context.source:
         raise ApplyError(f"{_FOREIGN} (the source was changed after the reference applier)")
     if dict(context.launch) != launch_of(plan):
@@ -85,17 +88,24 @@ class CudaMatmul:
         return self.derive(context, transformation, device)
 
 
+class HipMatmul(CudaMatmul):
+    """The (hip, matmul) entry: the same plans and rules, printed as HIP."""
+
+    backend = "hip"
+
+
 def apply_transformation(
     context: KernelContext, transformation: Transformation, device: DeviceProfile
 ) -> KernelContext:
     """The child context after `transformation` (what the reference applier returns)."""
     from peak_tune.appliers.reference import check_sequence  # the registry imports us
 
-    if (context.backend, context.kernel) != ("cuda", "matmul"):
-        raise ApplyError(f"the CUDA matmul reference cannot apply to "
+    if context.kernel != "matmul" or context.backend not in ("cuda", "hip"):
+        raise ApplyError(f"the GPU matmul reference cannot apply to "
                          f"{context.backend}/{context.kernel}")
     check_sequence(context, transformation)
-    change = CudaMatmul().derive(context, transformation, device)
+    implementation = HipMatmul() if context.backend == "hip" else CudaMatmul()
+    change = implementation.derive(context, transformation, device)
     return derive_child(
         context, transformation, IDENTITY, source=change.source, state=change.state,
         constraints=change.constraints, size_constraints=change.size_constraints,

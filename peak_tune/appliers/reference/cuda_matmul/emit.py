@@ -9,6 +9,7 @@ through registers, or by cp.async into NUM_STAGES buffers), the epilogue. The wg
 
 from __future__ import annotations
 
+from .dialect import dialect_of
 from .emit_compute import (
     emit_accumulators,
     emit_compute_direct,
@@ -58,10 +59,10 @@ def emit_source(plan: Plan, entry: str) -> str:
             _shared_memory(writer, plan)
             _k_loops(writer, plan)
         if plan.split_k:
-            emit_split_k_wait(writer)
+            emit_split_k_wait(writer, plan)
         emit_epilogue(writer, plan)
         if plan.split_k:
-            emit_split_k_release(writer)
+            emit_split_k_release(writer, plan)
     return writer.text()
 
 
@@ -70,10 +71,9 @@ def _preamble(writer: CodeWriter, plan: Plan) -> None:
         "// C = A x B (row-major; A is M x K, B is K x N), block-tiled. DTYPE (element) and",
         "// ACC (accumulator) are set with -D by the backend, the tuning parameters below",
         "// with -D by the tuner.",
-        "#include <cuda_fp16.h>",
-        "#include <cuda_bf16.h>",
-        "",
     )
+    writer.raw(dialect_of(plan).preamble)
+    writer.line("")
     for macro in macros_used(plan):
         writer.lines(f"#ifndef {macro}", f'#error "{macro} must be defined (-D{macro}=...)"',
                      "#endif")
@@ -88,7 +88,8 @@ def _preamble(writer: CodeWriter, plan: Plan) -> None:
         writer.lines("__device__ __forceinline__ void pt_store(DTYPE *C, size_t off, ACC v, "
                      "bool first) {",
                      "    // split-k: the first slice stores, later ones add (read past L1)",
-                     "    C[off] = first ? (DTYPE)v : (DTYPE)((ACC)__ldcg(C + off) + v);",
+                     "    C[off] = first ? (DTYPE)v : (DTYPE)((ACC)"
+                     f"{dialect_of(plan).load_l2}(C + off) + v);",
                      "}", "")
     if plan.stages:
         writer.raw(CP_ASYNC)
@@ -120,7 +121,7 @@ def _static_checks(writer: CodeWriter, plan: Plan) -> None:
                 '"thread tiles must cover the block tile");')
     if plan.warp_tile:
         writer.line('static_assert(PT_THREADS_X % WARP_X_DIM == 0 && '
-                    'PT_THREADS_Y % (32 / WARP_X_DIM) == 0, '
+                    f'PT_THREADS_Y % ({dialect_of(plan).warp} / WARP_X_DIM) == 0, '
                     '"warps must tile the thread grid");')
 
 
@@ -149,6 +150,14 @@ def _k_range(writer: CodeWriter, plan: Plan) -> None:
         writer.line("const int k_lo = 0, k_hi = K;")
 
 
+# CUDA: a launch with less dynamic shared memory than the tiles need stops at once. HIP
+# has no portable register for the size: there the launch's own check must do.
+_DYNAMIC_SIZE_CHECK = (
+    "    unsigned pt_dynamic;\n"
+    '    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(pt_dynamic));\n'
+    "    if (pt_dynamic < PT_SMEM_ELEMS * sizeof(DTYPE)) __trap(); // launched too small\n")
+
+
 def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
     unit = smem_unit(plan)
     writer.raw(
@@ -157,9 +166,7 @@ def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
         "    DTYPE *const pt_smem = reinterpret_cast<DTYPE *>(pt_smem_raw);\n"
         f"    static_assert(sizeof(DTYPE) <= {unit}, \"the launch sizes dynamic shared memory "
         f"for {unit}-byte elements\");\n"
-        "    unsigned pt_dynamic;\n"
-        '    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(pt_dynamic));\n'
-        "    if (pt_dynamic < PT_SMEM_ELEMS * sizeof(DTYPE)) __trap(); // launched too small\n"
+        f"{_DYNAMIC_SIZE_CHECK if not plan.hip else ''}"
         "#else\n"
         "    __shared__ __align__(16) DTYPE pt_smem[PT_SMEM_ELEMS];\n"
         f"    static_assert(PT_SMEM_ELEMS * sizeof(DTYPE) <= {STATIC_SHARED_LIMIT}, "

@@ -9,6 +9,7 @@ m16n8 MMA tiles.
 
 from __future__ import annotations
 
+from .dialect import dialect_of
 from .plan import Plan
 from .writer import CodeWriter
 
@@ -38,12 +39,14 @@ def emit_position(writer: CodeWriter, plan: Plan) -> None:
                      "const int wr = warp / PT_WARPS_N * PT_WARP_M, "
                      "wc = warp % PT_WARPS_N * PT_WARP_N; // the warp's tile")
     elif plan.warp_tile:
-        writer.lines("// warp-tiling: a warp's 32 lanes cover a (32 / WARP_X_DIM) x WARP_X_DIM",
+        w = dialect_of(plan).warp
+        lanes = "32 lanes" if w == "32" else "lanes"
+        writer.lines(f"// warp-tiling: a warp's {lanes} cover a ({w} / WARP_X_DIM) x WARP_X_DIM",
                      "// patch of the thread grid; warps tile the grid row by row.",
-                     "const int warp = tid / 32, lane = tid % 32;",
+                     f"const int warp = tid / {w}, lane = tid % {w};",
                      "const int tx = warp % (PT_THREADS_X / WARP_X_DIM) * WARP_X_DIM "
                      "+ lane % WARP_X_DIM;",
-                     "const int ty = warp / (PT_THREADS_X / WARP_X_DIM) * (32 / WARP_X_DIM) "
+                     f"const int ty = warp / (PT_THREADS_X / WARP_X_DIM) * ({w} / WARP_X_DIM) "
                      "+ lane / WARP_X_DIM;")
     else:
         writer.line("const int tx = tid % PT_THREADS_X, ty = tid / PT_THREADS_X;")
@@ -163,8 +166,9 @@ def emit_epilogue(writer: CodeWriter, plan: Plan) -> None:
             writer.line(f"if (r < M && c < N) {_store(plan).format(v='acc[i][j]')}")
 
 
-def emit_split_k_wait(writer: CodeWriter, sync: str = "__syncthreads();") -> None:
+def emit_split_k_wait(writer: CodeWriter, plan: Plan, sync: str = "__syncthreads();") -> None:
     """`sync`: the barrier of the threads that store (all of the block but a producer)."""
+    words = dialect_of(plan)
     writer.lines(
         "// split-k hand-over: slices of this tile write C one after another, in the order",
         "// they finished; a slice waits only for slices already running, so it cannot hang.",
@@ -172,16 +176,17 @@ def emit_split_k_wait(writer: CodeWriter, sync: str = "__syncthreads();") -> Non
         "const unsigned tile = (unsigned)block_m * gridDim.x + block_n;")
     with writer.block("if (tid == 0)"):
         writer.lines(
-            "if (tile >= PT_SPLIT_TABLE) __trap(); // size constraint broken",
+            f"if (tile >= PT_SPLIT_TABLE) {words.trap}; // size constraint broken",
             "const unsigned ticket = atomicAdd(&pt_split_ticket[tile], 1u);",
             "while (*reinterpret_cast<volatile unsigned *>(&pt_split_turn[tile]) != ticket) "
-            "__nanosleep(64);",
-            "__threadfence();",
+            f"{words.pause};",
+            f"{words.acquire};",
             "pt_ticket = ticket;")
     writer.lines(sync, "const bool first = pt_ticket == 0;")
 
 
-def emit_split_k_release(writer: CodeWriter, sync: str = "__syncthreads();") -> None:
+def emit_split_k_release(writer: CodeWriter, plan: Plan,
+                         sync: str = "__syncthreads();") -> None:
     writer.lines("__threadfence(); // this slice's C writes are visible before the next turn",
                  sync)
     with writer.block("if (tid == 0)"):

@@ -521,10 +521,10 @@ def _specialised(writer: CodeWriter, plan: Plan) -> None:
     _accumulators(writer)  # only the MMA warpgroups hold them
     _consumer_loop(writer)
     if plan.split_k:  # among the MMA warpgroups: the producer has left
-        emit_split_k_wait(writer, "pt_consumers_sync();")
+        emit_split_k_wait(writer, plan, "pt_consumers_sync();")
     _epilogue(writer, plan)
     if plan.split_k:
-        emit_split_k_release(writer, "pt_consumers_sync();")
+        emit_split_k_release(writer, plan, "pt_consumers_sync();")
 
 
 def _accumulators(writer: CodeWriter) -> None:
@@ -556,7 +556,7 @@ def emit_wgmma_kernel(writer: CodeWriter, plan: Plan) -> None:
     else:
         _k_loop(writer, plan)
     if plan.split_k:
-        emit_split_k_wait(writer)
+        emit_split_k_wait(writer, plan)
     _epilogue(writer, plan)
     if plan.split_k:
-        emit_split_k_release(writer)
+        emit_split_k_release(writer, plan)

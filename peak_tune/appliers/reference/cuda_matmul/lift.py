@@ -1,4 +1,4 @@
-"""Lift the naive CUDA seed (seeds/matmul/naive.cu) to the NAIVE plan.
+"""Lift the naive CUDA or HIP seed (seeds/matmul/naive.cu, naive.hip) to the NAIVE plan.
 
 The seed is read, not recognised by its text: it must define the entry point with the
 matmul signature, derive the output row from the y and the column from the x block and

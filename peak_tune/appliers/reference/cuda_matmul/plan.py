@@ -1,4 +1,7 @@
-"""The kernel plan: an IR of a block-tiled CUDA matmul, and its JSON form (KernelContext.state).
+"""The kernel plan: an IR of a block-tiled GPU matmul, and its JSON form (KernelContext.state).
+
+One plan prints as CUDA or, from the HIP seed (`hip`), as HIP: the SIMT parts are the
+same in both; the NVIDIA-only parts (NVIDIA_ONLY) cannot be in a HIP plan.
 
 After `refactor` the kernel always has the same skeleton, and each transformation
 changes one part of it. The plan records, part by part, what the code looks like:
@@ -32,7 +35,8 @@ from peak_tune.errors import ApplyError
 
 from ..change import read_state
 
-__all__ = ["FORMAT", "NAIVE", "Plan", "dump_plan", "load_plan", "structure_problem"]
+__all__ = ["FORMAT", "NAIVE", "NAIVE_HIP", "NVIDIA_ONLY", "Plan", "dump_plan", "load_plan",
+           "structure_problem"]
 
 FORMAT = "peak-tune/reference/cuda-matmul/1"
 
@@ -65,17 +69,23 @@ class Plan:
     hoisted: bool = False  # address-hoisting: inside tiles copied from addresses set up once
     tma: bool = False  # tma: whole tiles loaded by the Tensor Memory Accelerator
     interior: bool = False  # interior-tiles: blocks inside the matrices copy unchecked
+    hip: bool = False  # printed as HIP (the seed was naive.hip), not CUDA: see emit.py
+
 
     def but(self, **changes: bool) -> Plan:
         return replace(self, **changes)
 
 
 NAIVE = Plan(tiled=False)
+NAIVE_HIP = Plan(tiled=False, hip=True)
 
 _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
-_LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior")
+_LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip")
+# Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
+NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
+               "tma")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -138,7 +148,11 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
 def structure_problem(plan: Plan) -> str:
     """What breaks the plan's invariants, or ""."""
     if not plan.tiled:
-        return "" if plan == NAIVE else "the naive kernel has no parts to change"
+        return "" if plan in (NAIVE, NAIVE_HIP) else "the naive kernel has no parts to change"
+    if plan.hip:
+        for part in NVIDIA_ONLY:
+            if getattr(plan, part):
+                return f"{part} is NVIDIA-only (not in HIP)"
     for part, needed in _NEEDS:
         if getattr(plan, part) and not getattr(plan, needed):
             return f"{part} needs {needed}"

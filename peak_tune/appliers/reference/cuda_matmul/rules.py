@@ -1,12 +1,13 @@
 """The transformations as functions on the plan, one per transformation id.
 
-Each rule does to the plan what its Markdown text (transforms/cuda/<id>.md) tells an LLM
-to do to the code, and raises InvalidPoint with a one-line reason when the plan does not
-meet its precondition. Ties between a transformation's parameters and earlier ones come
-back as constraints; they are only added where no later legal step can change the
-quantity they bind (the catalog's requires/conflicts fix that order), so they never go
-stale. The threads-per-block limit is a constraint once the thread count is final
-(thread-tiling, tensor-tiling); before that the backend prunes an oversized block.
+Each rule does to the plan what its Markdown text (transforms/gpu/<id>.md, or
+transforms/cuda/<id>.md for the NVIDIA-only steps) tells an LLM to do to the code, and
+raises InvalidPoint with a one-line reason when the plan does not meet its precondition.
+Ties between a transformation's parameters and earlier ones come back as constraints;
+they are only added where no later legal step can change the quantity they bind (the
+catalog's requires/conflicts fix that order), so they never go stale. The
+threads-per-block limit is a constraint once the thread count is final (thread-tiling,
+tensor-tiling); before that the backend prunes an oversized block.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def _once(flag: bool, message: str) -> None:
 
 def refactor(plan: Plan, device: DeviceProfile) -> Change:
     _once(plan.tiled, "refactor: the kernel is already in block-tile form")
-    return Change(Plan())
+    return Change(Plan(hip=plan.hip))
 
 
 def tb_tiling(plan: Plan, device: DeviceProfile) -> Change:
@@ -105,12 +106,13 @@ def warp_tiling(plan: Plan, device: DeviceProfile) -> Change:
     _once(plan.warp_tile, "warp-tiling: lanes are already arranged per warp")
     _once(plan.mma, "warp-tiling: the tensor-core kernel arranges its warps itself")
     warp = _fact(device, "warp_size", 32)
-    if warp != 32:
-        raise ApplyError(f"warp-tiling's reference implementation is for 32-lane warps, "
-                         f"device {device.name!r} has {warp}")
+    if warp not in ((32, 64) if plan.hip else (32,)):  # CUDA prints 32; HIP PT_WARP_SIZE
+        raise ApplyError(f"warp-tiling's reference implementation is for warps of "
+                         f"{'32 or 64' if plan.hip else '32'} lanes, device {device.name!r} "
+                         f"has {warp}")
     x = "(BLOCK_N // TRD_X_DIM)" if plan.thread_tile else "BLOCK_N"
     y = "(BLOCK_M // TRD_Y_DIM)" if plan.thread_tile else "BLOCK_M"
-    ties = (f"{x} % WARP_X_DIM == 0", f"{y} % (32 // WARP_X_DIM) == 0")
+    ties = (f"{x} % WARP_X_DIM == 0", f"{y} % ({warp} // WARP_X_DIM) == 0")
     return Change(plan.but(warp_tile=True), ties)
 
 

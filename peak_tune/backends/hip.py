@@ -1,0 +1,220 @@
+"""The HIP backend: HIP kernels for AMD GPUs, and the same sources on NVIDIA GPUs.
+
+One source language, two platforms (the reference applier prints HIP from the same
+plans as CUDA: appliers/reference/cuda_matmul/dialect.py):
+
+- AMD GPUs (profiles whose facts.arch is a gfx target: mi250, mi250x, mi300x):
+  `HipBackend`. clang's HIP compiler builds a code object for the architecture
+  (backends._hip_amd); the code object's resource usage (VGPRs, AGPRs, SGPRs, LDS,
+  scratch, spills) prunes a point the device cannot run before anything runs. Running
+  needs an AMD GPU that ROCm's runtime sees; where there is none, probe() says so in one
+  line and nothing else happens.
+- NVIDIA GPUs (`--backend hip` with a CUDA profile, e.g. h200): `HipOnCudaBackend`.
+  NVRTC builds the HIP source through peak-tune's own HIP-on-CUDA header
+  (backends/hip_nvidia/hip/*.h: HIP's names mapped to CUDA's), and the CUDA backend's
+  worker validates and times it beside cuBLAS. This runs every portable HIP kernel on
+  real hardware here; wave64 and MFMA code cannot run on NVIDIA GPUs (it does not
+  compile through the header, by design).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from peak_tune.backends import _hip_amd
+from peak_tune.backends._cuda_launch import check_launch, evaluate_launch, geometry_fits
+from peak_tune.backends._files import write_atomically
+from peak_tune.backends._wire import macro_flags
+from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
+from peak_tune.backends.cuda import CudaBackend
+from peak_tune.catalog.types import DeviceProfile
+from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
+from peak_tune.errors import BackendUnavailable, InvalidPoint, UserError
+from peak_tune.expr import names_in
+
+__all__ = ["HIP_ON_CUDA_HEADERS", "HipBackend", "HipOnCudaBackend", "hip_on_cuda_version",
+           "platform_of", "visible_amd_gpus"]
+
+HIP_ON_CUDA_HEADERS = Path(__file__).with_name("hip_nvidia")
+HARNESS_VERSION = "hip-1"
+# dtype -> (DTYPE, ACC), as for CUDA: fp16 in and out with fp32 accumulation
+_HIP_TYPES = {"float32": ("float", "float"), "float16": ("__half", "float"),
+              "float64": ("double", "double")}
+_KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")  # how ROCm's runtime finds GPUs
+
+
+def platform_of(profile: DeviceProfile) -> str:
+    """"amd" for a gfx architecture, "nvidia" for an sm_ one, "" otherwise."""
+    arch = str(profile.facts.get("arch", ""))
+    return "amd" if arch.startswith("gfx") else "nvidia" if arch.startswith("sm_") else ""
+
+
+@functools.cache
+def hip_on_cuda_version() -> str:
+    """The content hash of the HIP-on-CUDA headers (part of every build's key)."""
+    digest = hashlib.sha256()
+    for header in sorted(HIP_ON_CUDA_HEADERS.rglob("*.h")):
+        digest.update(header.relative_to(HIP_ON_CUDA_HEADERS).as_posix().encode())
+        digest.update(header.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+class HipOnCudaBackend(CudaBackend):
+    """Backend "hip" on an NVIDIA GPU: HIP sources, NVRTC through the HIP-on-CUDA
+    header, the CUDA worker and cuBLAS (see the module docstring)."""
+
+    name = "hip"
+    capabilities = Capabilities(on_host=False, host_code=False, launch_region=True,
+                                sanitizer=True, profiler=True)
+
+    def fingerprint(self) -> dict[str, str]:
+        found = dict(super().fingerprint())
+        found["compiler"] += f" + peak-tune HIP-on-CUDA headers {hip_on_cuda_version()}"
+        return found
+
+    def _language_defines(self) -> list[str]:
+        return ["-D__HIP_PLATFORM_NVIDIA__=1"]
+
+    def _language_includes(self) -> list[str]:
+        return [str(HIP_ON_CUDA_HEADERS)]
+
+    def _language_identity(self) -> dict[str, str]:
+        return {"hip_on_cuda": hip_on_cuda_version()}
+
+
+def visible_amd_gpus(nodes: Path = _KFD_NODES) -> list[str]:
+    """The gfx targets of the AMD GPUs the kernel driver shows (ROCm's KFD topology,
+    `gfx_target_version` 90010 -> gfx90a); empty without one (or without the driver)."""
+    found = []
+    for properties in sorted(nodes.glob("*/properties")):
+        try:
+            fields = dict(line.split()[:2] for line in properties.read_text().splitlines()
+                          if len(line.split()) >= 2)
+        except OSError:
+            continue
+        version = int(fields.get("gfx_target_version", "0") or 0)
+        if version:  # CPU nodes have none
+            major, minor, step = version // 10000, version // 100 % 100, version % 100
+            found.append(f"gfx{major}{minor}{step:x}")
+    return found
+
+
+class HipBackend:
+    """Backend "hip" on an AMD GPU (see the module docstring). Compiling needs clang with
+    the amdgcn target and HIP's headers and device libraries, no GPU."""
+
+    name = "hip"
+    capabilities = Capabilities(on_host=False, host_code=False, launch_region=True)
+
+    def __init__(self, profile: DeviceProfile) -> None:
+        if platform_of(profile) != "amd":
+            raise UserError(f"device profile {profile.name!r} needs facts.arch like "
+                            f"'gfx90a' for the HIP backend on AMD GPUs, not "
+                            f"{profile.facts.get('arch', '')!r}")
+        self._profile = profile
+        self._arch = str(profile.facts["arch"])
+
+    def __enter__(self) -> HipBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def probe(self) -> DeviceProfile:
+        """BackendUnavailable: there is no AMD GPU of the profile's kind here, or there
+        is one but this version cannot run kernels on it yet."""
+        gpus = visible_amd_gpus()
+        if self._arch.split(":")[0] not in gpus:
+            seen = f" (it shows {', '.join(sorted(set(gpus)))})" if gpus else ""
+            raise BackendUnavailable(
+                f"no AMD GPU of the {self._profile.name} kind ({self._arch}) is visible "
+                f"here{seen}: run where ROCm sees one, or on a Ray cluster that has one "
+                "(--ray-address); `peak-tune dry-run` compiles and checks the space here")
+        raise BackendUnavailable(
+            f"an AMD GPU ({self._arch}) is here, but this version cannot run kernels on "
+            "AMD GPUs yet (it compiles and checks them: `peak-tune dry-run`)")
+
+    def fingerprint(self) -> Mapping[str, str]:
+        toolchain = _hip_amd.find_toolchain()
+        return {"device": f"{self._profile.title} ({self._arch})",
+                "compiler": toolchain.version, "flags": f"-O3 --offload-arch={self._arch}",
+                "harness": HARNESS_VERSION}
+
+    def compile(self, context: KernelContext, params: Mapping[str, int], dtype: str,
+                build_dir: str, time_limit_s: float = 0.0) -> Artifact:
+        """<build_dir>/<key>.co for the profile's architecture (or an identical build
+        reused); InvalidPoint for a point whose registers, LDS, spills or block the
+        device cannot run (Artifact.resources holds them and the occupancy)."""
+        if dtype not in _HIP_TYPES:
+            raise UserError(f"the HIP backend supports dtypes {', '.join(_HIP_TYPES)}, "
+                            f"not {dtype!r}")
+        check_launch(context.launch, None)
+        self._check_block(context, params, {})
+        element, accumulator = _HIP_TYPES[dtype]
+        macro_flags(params, {"DTYPE", "ACC"})  # CompileError for a bad name or value
+        defines: dict[str, str | int] = {"DTYPE": element, "ACC": accumulator, **params}
+        toolchain = _hip_amd.find_toolchain()
+        key = stable_hash({"context": context.content_hash(), "arch": self._arch,
+                           "defines": sorted(defines.items()), "clang": toolchain.version})
+        build = Path(build_dir).absolute()
+        build.mkdir(parents=True, exist_ok=True)
+        code_object, sidecar = build / f"{key}.co", build / f"{key}.json"
+        if code_object.exists() and sidecar.exists():
+            record = json.loads(sidecar.read_text())
+            artifact = Artifact(str(code_object), key, log=record["log"], reused=True,
+                                resources=record["resources"])
+        else:
+            log = _hip_amd.compile_code_object(context.source, self._arch, defines,
+                                               code_object, time_limit_s)
+            resources = _hip_amd.kernel_resources(toolchain, code_object, context.entry)
+            resources["occupancy_waves"] = _hip_amd.occupancy(resources, self._arch)
+            write_atomically(sidecar, json.dumps({"log": log, "resources": resources}))
+            artifact = Artifact(str(code_object), key, log=log, resources=resources)
+        self._check_block(context, params, artifact.resources)
+        return artifact
+
+    def _check_block(self, context: KernelContext, params: Mapping[str, int],
+                     resources: Mapping[str, int]) -> None:
+        """InvalidPoint for what this device cannot run: a block too large or past the
+        kernel's own bound, LDS (static + dynamic) over the profile's, registers spilled
+        to scratch, no wave per SIMD. Geometries that depend on the sizes are checked
+        where the kernel runs."""
+        facts = self._profile.facts
+        launch = {k: v for k, v in context.launch.items()
+                  if k.startswith("block") or k == "shared_bytes"}
+        if any(names_in(text) - set(params) for text in launch.values()):
+            return
+        shape = evaluate_launch({"grid_x": "1", **launch}, params)
+        lds_limit = int(float(facts.get("shared_memory_per_block_kib", 64)) * 1024)
+        static = int(resources.get("lds_bytes", 0))
+        geometry_fits(shape, int(facts.get("max_threads_per_block", 1024)), static, lds_limit)
+        if not resources:
+            return
+        bound = int(resources["max_threads_per_block"])
+        if shape.threads > bound:
+            raise InvalidPoint(f"a block of {shape.threads} threads is over the kernel's "
+                               f"bound of {bound} (__launch_bounds__)")
+        spills = int(resources["vgpr_spills"]) + int(resources["sgpr_spills"])
+        if spills:
+            raise InvalidPoint(f"{spills} registers spilled to scratch on {self._arch} "
+                               f"({resources['vgprs']} VGPRs, {resources['agprs']} AGPRs)")
+        if int(resources["occupancy_waves"]) < 1:
+            raise InvalidPoint(f"no wave fits a SIMD on {self._arch}")
+
+    # Running on AMD GPUs is not in this version: probe() says why, in one line.
+    def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
+        self.probe()
+        raise BackendUnavailable("unreachable")
+
+    def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
+                    config: EvalConfig) -> tuple[str, Measurement]:
+        self.probe()
+        raise BackendUnavailable("unreachable")
+
+    def close(self) -> None:
+        pass
+
