@@ -20,7 +20,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from peak_tune.backends.c import FLAGS, _run_compiler
+from peak_tune.backends._compiler import run_compiler
+from peak_tune.backends.c import COMPILE_TIMEOUT_S, FLAGS
 from peak_tune.cache import Cache
 from peak_tune.core import Outcome, Status
 from peak_tune.errors import (
@@ -159,7 +160,7 @@ def test_a_linker_out_of_space_is_disk_full_not_the_kernels_compile_error(
     command = [shutil.which("gcc") or "gcc", *FLAGS, "-DDTYPE=float", "-o",
                str(tmpfs / "kernel.so"), str(source)]
     with pytest.raises(EnvironmentFault) as caught:
-        _run_compiler(command)
+        run_compiler(command, hang_limit_s=COMPILE_TIMEOUT_S)
     assert caught.value.kind == DISK_FULL
     assert "No space left on device" in str(caught.value)
 
@@ -216,8 +217,8 @@ def test_a_build_past_its_time_limit_is_ended_with_its_whole_process_tree(
     source = heavy_source(tmp_path, lines=10000)  # cc1 would run for a minute
     try:
         with pytest.raises(BuildOverBudget):
-            _run_compiler(gcc("-o", str(tmp_path / "heavy.so"), str(source)),
-                          time_limit_s=2.0)
+            run_compiler(gcc("-o", str(tmp_path / "heavy.so"), str(source)),
+                         time_limit_s=2.0, hang_limit_s=COMPILE_TIMEOUT_S)
         deadline = time.monotonic() + 5
         while processes_naming(str(source)) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -232,7 +233,8 @@ def test_a_compiler_killed_from_outside_is_the_machines_fault(tmp_path: Path) ->
 
     def build() -> None:
         try:
-            _run_compiler(gcc("-o", str(tmp_path / "heavy.so"), str(source)))
+            run_compiler(gcc("-o", str(tmp_path / "heavy.so"), str(source)),
+                         hang_limit_s=COMPILE_TIMEOUT_S)
         except BaseException as exc:  # noqa: BLE001 - looked at below
             caught.append(exc)
 
@@ -261,12 +263,13 @@ def test_a_compiler_out_of_memory_is_the_machines_fault(tmp_path: Path) -> None:
     limited = ["sh", "-c", 'ulimit -v 80000 && exec "$0" "$@"',  # 80 MB: cc1 starts, then
                *gcc("-o", str(tmp_path / "heavy.so"), str(source))]
     with pytest.raises(EnvironmentFault) as caught:
-        _run_compiler(limited)
+        run_compiler(limited, hang_limit_s=COMPILE_TIMEOUT_S)
     assert caught.value.kind == OUT_OF_MEMORY
     own = tmp_path / "k.c"  # a kernel's own words that read like a fault stay its own
     own.write_text("#error virtual memory exhausted: No space left on device\n")
     with pytest.raises(CompileError) as kernels:
-        _run_compiler(gcc("-o", str(tmp_path / "k.so"), str(own)))
+        run_compiler(gcc("-o", str(tmp_path / "k.so"), str(own)),
+                     hang_limit_s=COMPILE_TIMEOUT_S)
     assert not isinstance(kernels.value, EnvironmentFault)
 
 
@@ -275,7 +278,7 @@ def test_a_build_over_the_file_size_limit_is_the_machines_fault(tmp_path: Path) 
     limited = ["sh", "-c", 'ulimit -f 8 && exec "$0" "$@"',  # 8 blocks: 4-8 KiB
                *gcc("-o", str(tmp_path / "heavy.so"), str(source))]
     with pytest.raises(EnvironmentFault) as caught:
-        _run_compiler(limited)
+        run_compiler(limited, hang_limit_s=COMPILE_TIMEOUT_S)
     assert caught.value.kind == FILE_SIZE_LIMIT
 
 

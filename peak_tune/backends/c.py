@@ -17,7 +17,6 @@ import platform
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -26,6 +25,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from peak_tune.backends._compiler import run_compiler
 from peak_tune.backends._files import put_atomically, write_atomically
 from peak_tune.backends._wire import Timing, config_to_wire, macro_flags, measurement_from_reply
 from peak_tune.backends._worker import WorkerProcess
@@ -34,19 +34,12 @@ from peak_tune.backends.base import (
     Capabilities,
     EvalConfig,
     EvalRequest,
-    over_budget_message,
 )
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
 from peak_tune.errors import (
-    COMPILER_KILLED,
-    DISK_FULL,
-    FILE_SIZE_LIMIT,
-    OUT_OF_MEMORY,
     BackendUnavailable,
-    BuildOverBudget,
     CompileError,
-    EnvironmentFault,
     UserError,
     WrongResult,
     environment_fault,
@@ -64,7 +57,6 @@ _LIBS = ("-lm",)
 COMPILE_TIMEOUT_S = 60.0
 _C_TYPES = {"float32": "float", "float64": "double"}
 _MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ERROR_LINE = re.compile(r"^.*?:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$")
 _MAX_LIBRARIES_PER_WORKER = 200  # a fresh worker after this many loaded kernels
 _SPEED_MARGIN = 1.1  # above this multiple of the device peak, a timing is impossible
 # cpufreq is often absent (VMs): /proc/cpuinfo then shows the base clock, and boost goes
@@ -199,8 +191,8 @@ class CBackend:
                 built = Path(folder) / library.name
                 write_atomically(source, text)
                 with self._calls:  # never beside a timing on this CPU (an LLM's check)
-                    log = _run_compiler([*compiler, "-o", str(built), str(source), *_LIBS],
-                                        time_limit_s)
+                    log = run_compiler([*compiler, "-o", str(built), str(source), *_LIBS],
+                                       time_limit_s, hang_limit_s=COMPILE_TIMEOUT_S)
                 put_atomically(library.with_suffix(".c"),
                                lambda temporary: shutil.copy(source, temporary))
                 put_atomically(library, lambda temporary: shutil.copy(built, temporary))
@@ -272,111 +264,6 @@ class CBackend:
                 f"GFLOP/s is above {_SPEED_MARGIN:g} x the device peak ({peak:g} GFLOP/s)")
 
 
-def _run_compiler(command: list[str], time_limit_s: float = 0.0) -> str:
-    """Run the compiler; its log, or CompileError naming the first error (BuildOverBudget
-    when it outlasts a `time_limit_s` shorter than COMPILE_TIMEOUT_S; EnvironmentFault when
-    the disk or memory ran out or the compiler was killed)."""
-    shown = "$ " + shlex.join(command) + "\n"
-    budget = 0 < time_limit_s < COMPILE_TIMEOUT_S
-    try:
-        returncode, log = _run_process_group(
-            command, time_limit_s if budget else COMPILE_TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        if budget:
-            raise BuildOverBudget(over_budget_message(time_limit_s)) from None
-        raise CompileError(f"compile error: compiler timed out after {COMPILE_TIMEOUT_S:g} s",
-                           detail=shown) from exc
-    except OSError as exc:  # it could not even start (no memory to fork, say)
-        raise environment_fault(exc, f"starting {command[0]}") or BackendUnavailable(
-            f"cannot run {command[0]}: {exc.strerror}") from exc
-    fault = _environment_fault(log, returncode)
-    if fault is not None:
-        raise fault
-    if returncode != 0:
-        raise CompileError(f"compile error: {_first_error(log, returncode)}",
-                           detail=shown + log)
-    return log
-
-
-def _run_process_group(command: list[str], timeout_s: float) -> tuple[int, str]:
-    """(exit status, stdout and stderr) of `command`, run in a session of its own: the
-    first Ctrl-C at a terminal lets the trial finish, so it must not kill the compiler and
-    make the trial a compile error. Past `timeout_s` (or on any exception here) the whole
-    process group is killed: gcc alone would leave its cc1 running at 100% of a core."""
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, "LC_ALL": "C"},  # plain ASCII messages
-                          start_new_session=True) as process:
-        try:
-            out, err = process.communicate(timeout=timeout_s)
-        except BaseException:
-            _kill_group(process.pid)  # before the leader is reaped: its id is still ours
-            process.communicate()
-            raise
-        if process.returncode < 0:  # gcc itself was killed: its children may live on
-            _kill_group(process.pid)
-    return process.returncode, out + err
-
-
-def _kill_group(group: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, signal.SIGKILL)
-
-
-# What gcc, as and ld print when the machine, not the source, made a build fail. Their
-# output is the only signal, so this table and `_environment_fault` are the one place
-# that reads it; lines about the source itself (an `#error` of the kernel) are skipped.
-_FAULT_WORDS = (
-    ("No space left on device", DISK_FULL),
-    ("Disk quota exceeded", DISK_FULL),
-    ("File size limit exceeded", FILE_SIZE_LIMIT),
-    ("File too large", FILE_SIZE_LIMIT),
-    ("virtual memory exhausted", OUT_OF_MEMORY),
-    ("out of memory allocating", OUT_OF_MEMORY),
-    ("Cannot allocate memory", OUT_OF_MEMORY),
-    ("Killed signal terminated program", COMPILER_KILLED),
-    ("Terminated signal terminated program", COMPILER_KILLED),
-)
-_ABOUT_THE_SOURCE = re.compile(r"^(?:[^\s:]+:\d+:(?:\d+:)? |\s*\d*\s*\|)")
-
-
-def _environment_fault(log: str, returncode: int) -> EnvironmentFault | None:
-    """The fault of the machine that a failed build's log or exit status shows, or None."""
-    if returncode == 0:
-        return None
-    if returncode < 0:
-        how = _signal_name(-returncode)
-        if -returncode == signal.SIGXFSZ:
-            return EnvironmentFault(FILE_SIZE_LIMIT, f"the compiler was stopped by {how}")
-        return EnvironmentFault(COMPILER_KILLED, f"the compiler was killed by {how} (by "
-                                "the out-of-memory killer, or from outside)")
-    for line in log.splitlines():
-        if _ABOUT_THE_SOURCE.match(line):
-            continue
-        for words, kind in _FAULT_WORDS:
-            if words in line:
-                return EnvironmentFault(kind, f"the build failed: {line.strip()}")
-    return None
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def _first_error(log: str, returncode: int) -> str:
-    lines = [line.strip() for line in log.splitlines() if line.strip()]
-    for line in lines:
-        found = _ERROR_LINE.match(line)
-        if found:
-            return f"line {found.group(1)}: {found.group(2)}"
-    for line in lines:
-        if "error" in line.lower() or "undefined reference" in line:
-            return line
-    return lines[0] if lines else f"compiler exited with status {returncode}"
-
-
 def _read_if_there(path: Path) -> str:
     try:
         return path.read_text()
@@ -419,7 +306,7 @@ def _check_openmp(toolchain: _Toolchain) -> None:
         command = [*toolchain.command, *FLAGS, "-o", str(Path(folder) / "probe.so"),
                    str(source)]
         try:
-            _run_compiler(command)
+            run_compiler(command, hang_limit_s=COMPILE_TIMEOUT_S)
         except CompileError as exc:
             raise BackendUnavailable(
                 f"{toolchain.command[0]} cannot build OpenMP code (-fopenmp): "
