@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashboard", "llm",
-             "stats", "apply", "checkpoint", "mcp", "batch")
+             "stats", "apply", "checkpoint", "mcp", "batch", "dry-run")
 
 
 def _size(text: str) -> dict[str, int]:
@@ -223,6 +223,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id", nargs="?")
     p.add_argument("--catalog", action="append", default=[], metavar="DIR")
     p.add_argument("--backend", help="only those for this backend")
+    p = sub.add_parser("dry-run", help="compile-check a study's space for a device (no GPU "
+                                        "needed): resources and pruning per point")
+    p.add_argument("--device", required=True)
+    p.add_argument("--backend", help="default: the device's")
+    p.add_argument("--kernel", default="matmul")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--points", type=int, default=50,
+                   help="random sequences beyond each transformation's own variant")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--catalog", action="append", default=[], metavar="DIR")
     p = sub.add_parser("devices", help="list device profiles")
     p.add_argument("--catalog", action="append", default=[], metavar="DIR")
     p = sub.add_parser("cache", help="cache statistics")
@@ -449,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             return _batch(args)
         from peak_tune import commands
 
-        return int(getattr(commands, args.command)(args))
+        return int(getattr(commands, args.command.replace("-", "_"))(args))
     except UserError as exc:
         print(f"peak-tune: error: {exc}", file=sys.stderr)
         return 2

@@ -143,6 +143,36 @@ def transforms(args: argparse.Namespace) -> int:
     return 0
 
 
+def dry_run(args: argparse.Namespace) -> int:
+    """Compile-check the space for --device; 1 when a point fails to compile."""
+    from peak_tune.backends import make_backend
+    from peak_tune.dry_run import check_space, print_points
+
+    catalog = Catalog.with_user_folders(args.catalog)
+    device = catalog.device(args.device)
+    backend_name = args.backend or device.backend
+    spec = catalog.spec(args.kernel)
+    if args.dtype not in spec.dtypes:
+        raise UserError(f"dtype {args.dtype!r} is not offered by {spec.name} "
+                        f"(choose from {', '.join(spec.dtypes)})")
+    if args.points < 0:
+        raise UserError("--points must be zero or more")
+    transformations = {t.id: t for t in catalog.transformations_for(spec.name, backend_name,
+                                                                    args.dtype)}
+    backend = make_backend(backend_name, device)
+    try:
+        points = check_space(backend, device, spec, backend_name, transformations,
+                             args.dtype, args.points, args.seed)
+    finally:
+        backend.close()
+    if args.json:
+        print(json.dumps({"device": device.name, "backend": backend_name,
+                          "dtype": args.dtype, "points": [p.to_json() for p in points]}))
+    else:
+        print_points(points, device)
+    return 1 if any(p.outcome == "compile error" for p in points) else 0
+
+
 def devices(args: argparse.Namespace) -> int:
     catalog = Catalog.with_user_folders(args.catalog)
     for d in sorted(catalog.devices.values(), key=lambda d: (d.backend, d.name)):
