@@ -39,6 +39,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=150, help="time box per search")
     parser.add_argument("--with-cuda", action="store_true",
                         help="also the CUDA backend's search at each size (NVIDIA only)")
+    parser.add_argument("--warm-start", action="store_true",
+                        help="start each search from the best of the dtype's search before "
+                             "(4096 -> 8192), as a user tuning several sizes would")
     parser.add_argument("--results", default="results-hip-bench")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "hip_matmul.json"))
@@ -48,12 +51,17 @@ def main() -> int:
         "benchmark": "hip_matmul", "date": time.strftime("%Y-%m-%d"), "device": _driver(),
         "command": "python benchmarks/hip_matmul.py " + " ".join(sys.argv[1:]),
         "rows": rows}
+    searched: dict[str, str] = {}  # dtype -> its last HIP search study (--warm-start)
     for config in args.configs.split(","):
         dtype, n = config.split(":")
         row: dict[str, Any] = {"dtype": dtype, "n": int(n)}
+        warm = (searched[dtype],) if args.warm_start and dtype in searched else ()
         try:
             row["hip"] = study_row(dtype, int(n), args.trials, Path(args.results),
-                                   args.seconds, backend="hip", device=args.device)
+                                   args.seconds, backend="hip", device=args.device,
+                                   warm_start=warm)
+            row["hip"]["warm_start"] = list(warm)
+            searched[dtype] = row["hip"]["study"]
             if args.with_cuda:
                 row["cuda"] = study_row(dtype, int(n), args.trials, Path(args.results),
                                         args.seconds, backend="cuda", device=args.device)
