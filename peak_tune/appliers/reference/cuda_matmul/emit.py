@@ -4,7 +4,9 @@ DTYPE and ACC come from the backend (-D), the tuning parameters from the tuner (
 missing one is an #error. The kernel is: block position, thread position, K range,
 accumulators, the K loop (operands from global memory, or shared tiles filled plainly,
 through registers, or by cp.async into NUM_STAGES buffers), the epilogue. The wgmma kernel
-(emit_wgmma) shares the preamble's snippets, the block position and the K range.
+(emit_wgmma) shares the preamble's snippets, the block position and the K range; the MFMA
+kernel (emit_mfma) all of the skeleton, with its own position, accumulators, compute and
+epilogue.
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ from .emit_compute import (
     position_macros,
 )
 from .emit_copy import copy_call, emit_copy_helpers, operands, put_call
+from .emit_mfma import (
+    emit_mfma_accumulators,
+    emit_mfma_compute_tile,
+    emit_mfma_epilogue,
+    emit_mfma_helpers,
+    emit_mfma_position,
+)
 from .emit_wgmma import emit_wgmma_helpers, emit_wgmma_kernel
 from .geometry import STATIC_SHARED_LIMIT, derived_macros, macros_used, smem_unit
 from .plan import Plan
@@ -48,11 +57,13 @@ def emit_source(plan: Plan, entry: str) -> str:
             _k_range(writer, plan)
             emit_wgmma_kernel(writer, plan)
         return writer.text()
+    if plan.mfma and not bounds:  # registers for PT_THREADS, not for 1024 threads
+        bounds = "__launch_bounds__(PT_THREADS) "
     with writer.block(f'extern "C" __global__ void {bounds}{entry}{_SIGNATURE}'):
         _block_position(writer, plan)
-        emit_position(writer, plan)
+        (emit_mfma_position if plan.mfma else emit_position)(writer, plan)
         _k_range(writer, plan)
-        emit_accumulators(writer, plan)
+        (emit_mfma_accumulators if plan.mfma else emit_accumulators)(writer, plan)
         if not plan.shared:
             emit_compute_direct(writer, plan)
         else:
@@ -60,10 +71,14 @@ def emit_source(plan: Plan, entry: str) -> str:
             _k_loops(writer, plan)
         if plan.split_k:
             emit_split_k_wait(writer, plan)
-        emit_epilogue(writer, plan)
+        (emit_mfma_epilogue if plan.mfma else emit_epilogue)(writer, plan)
         if plan.split_k:
             emit_split_k_release(writer, plan)
     return writer.text()
+
+
+def _compute_tile(writer: CodeWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
+    (emit_mfma_compute_tile if plan.mfma else emit_compute_tile)(writer, plan, a_tile, b_tile)
 
 
 def _preamble(writer: CodeWriter, plan: Plan) -> None:
@@ -106,11 +121,13 @@ def _preamble(writer: CodeWriter, plan: Plan) -> None:
         emit_copy_helpers(writer, plan)
     if plan.mma:
         emit_fragment_helpers(writer, plan)
+    if plan.mfma:
+        emit_mfma_helpers(writer, plan)
 
 
 def _static_checks(writer: CodeWriter, plan: Plan) -> None:
-    if plan.wgmma:
-        return  # emit_wgmma_helpers checks the warpgroup tiles
+    if plan.wgmma or plan.mfma:
+        return  # emit_wgmma_helpers / emit_mfma_helpers check their tiles
     if plan.mma:
         writer.lines(
             'static_assert(BLOCK_M % PT_WARP_M == 0 && BLOCK_N % PT_WARP_N == 0, '
@@ -228,7 +245,7 @@ def _loop_single(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
         _copies(writer, plan, "copy", "as", "k0", vec, edge)
         writer.line("__syncthreads();")
-        emit_compute_tile(writer, plan, "as", "bs")
+        _compute_tile(writer, plan, "as", "bs")
         writer.line("__syncthreads();")
 
 
@@ -252,7 +269,7 @@ def _loop_staged(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
         with writer.block("if (k0 + PT_TK < k_hi)"):
             writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
-        emit_compute_tile(writer, plan, "as", "bs")
+        _compute_tile(writer, plan, "as", "bs")
         writer.line("__syncthreads();")
 
 
@@ -267,7 +284,7 @@ def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, edge: str) -
         with writer.block("if (more)"):
             writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
-        emit_compute_tile(writer, plan, "as", "bs")
+        _compute_tile(writer, plan, "as", "bs")
         with writer.block("if (more)"):
             writer.lines(put_call(a, "PT_STAGE((t + 1) & 1)", "ra", vec),
                          put_call(b, "PT_STAGE((t + 1) & 1) + PT_A_TILE", "rb", vec))
@@ -290,4 +307,4 @@ def _loop_stages(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
                     "k_lo + ahead * PT_TK", vec, edge)
         writer.lines("pt_cp_commit();",
                      "DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
-        emit_compute_tile(writer, plan, "as", "bs")
+        _compute_tile(writer, plan, "as", "bs")

@@ -15,11 +15,11 @@ from .writer import CodeWriter
 
 __all__ = ["emit_accumulators", "emit_compute_direct", "emit_compute_tile", "emit_epilogue",
            "emit_fragment_helpers", "emit_position", "emit_split_k_release", "emit_split_k_wait",
-           "position_macros"]
+           "position_macros", "store_statement"]
 
 
 def position_macros(plan: Plan) -> list[str]:
-    if plan.mma:
+    if plan.mma or plan.mfma:
         return []
     if plan.strided:
         return ["#define PT_CH THREAD_CHUNK /* thread-chunk: runs of PT_CH outputs, strided */",
@@ -142,7 +142,8 @@ def emit_fragment_helpers(writer: CodeWriter, plan: Plan) -> None:
     writer.line("")
 
 
-def _store(plan: Plan) -> str:
+def store_statement(plan: Plan) -> str:
+    """The store of output (r, c) as a format string of the value `{v}`."""
     return "pt_store(C, (size_t)r * N + c, {v}, first);" if plan.split_k else \
         "C[(size_t)r * N + c] = (DTYPE)({v});"
 
@@ -156,14 +157,14 @@ def emit_epilogue(writer: CodeWriter, plan: Plan) -> None:
                 writer.line("const int r = bm + wr + mi * 16 + g + h * 8;")
                 with writer.unrolled("q", "2"):
                     writer.line("const int c = bn + wc + ni * 8 + t + q;")
-                    store = _store(plan).format(v="acc[mi][ni][h * 2 + q]")
+                    store = store_statement(plan).format(v="acc[mi][ni][h * 2 + q]")
                     writer.line(f"if (r < M && c < N) {store}")
         return
     with writer.unrolled("i", "PT_TRD_Y"):
         writer.line("const int r = bm + PT_ROW(i);")
         with writer.unrolled("j", "PT_TRD_X"):
             writer.line("const int c = bn + PT_COL(j);")
-            writer.line(f"if (r < M && c < N) {_store(plan).format(v='acc[i][j]')}")
+            writer.line(f"if (r < M && c < N) {store_statement(plan).format(v='acc[i][j]')}")
 
 
 def emit_split_k_wait(writer: CodeWriter, plan: Plan, sync: str = "__syncthreads();") -> None:

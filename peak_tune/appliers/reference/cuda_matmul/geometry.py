@@ -5,9 +5,9 @@ peak_tune.expr expressions for KernelContext.launch; both come from the tables h
 they cannot drift apart. Shared memory is static when the tiles fit in 48 KiB (less a
 little, STATIC_SHARED_LIMIT) and dynamic (extern __shared__, launch shared_bytes) above
 that (always dynamic for wgmma, WGMMA_ALIGN bytes larger). Launch expressions cannot see
-the element type, so the size is counted in 4-byte elements on the SIMT path (the kernel
-static_asserts that DTYPE is no wider when it uses dynamic memory) and 2-byte ones on the
-tensor-core path (fp16/bf16 only).
+the element type, so the size is counted in 4-byte elements on the SIMT and MFMA paths
+(the kernel static_asserts that DTYPE is no wider when it uses dynamic memory) and 2-byte
+ones on the tensor-core path (fp16/bf16 only).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .plan import Plan
 
 __all__ = ["BARRIER_BYTES", "STATIC_SHARED_LIMIT", "TMA_BOXES", "WGMMA_ALIGN", "derived_macros",
            "has_barriers", "launch_of",
-           "macros_used", "smem_unit", "threads_expression"]
+           "macros_used", "smem_elements", "smem_unit", "threads_expression"]
 
 # Tiles up to this many bytes are static shared memory: 48 KiB, the most a block may
 # declare statically, less 64 bytes kept for the kernel's other __shared__ variables.
@@ -62,6 +62,8 @@ def macros_used(plan: Plan) -> tuple[str, ...]:
         used.append("MIN_BLOCKS_PER_SM")
     if plan.wgmma:
         used.append("WGMMA_N")
+    if plan.mfma:
+        used += ["WAVES_M", "WAVES_N"]
     return tuple(used)
 
 
@@ -86,6 +88,14 @@ def derived_macros(plan: Plan) -> list[str]:
     elif plan.wgmma:
         lines += ["#define PT_THREADS (128 * (BLOCK_M / 64) * (BLOCK_N / WGMMA_N)) "
                   "/* wgmma: warpgroups of 64 x WGMMA_N */"]
+    elif plan.mfma:
+        lines += [
+            "#define PT_WAVE_M (BLOCK_M / WAVES_M) /* a wave's tile rows: PT_MFMA_M MFMA tiles */",
+            "#define PT_WAVE_N (BLOCK_N / WAVES_N) /* a wave's tile columns: PT_MFMA_N tiles */",
+            "#define PT_MFMA_M (PT_WAVE_M / 32) /* 32 x 32 MFMA tiles per wave along M */",
+            "#define PT_MFMA_N (PT_WAVE_N / 32)",
+            "#define PT_THREADS (64 * WAVES_M * WAVES_N) /* waves of 64 lanes */",
+        ]
     elif plan.mma:
         lines += [
             f"#define PT_MMA_M {_or(plan.mma_tiles, 'TENSOR_TILE_M', '1')}",
@@ -135,6 +145,8 @@ def threads_expression(plan: Plan) -> str:
         return "128 * ((BLOCK_M // 64) * (BLOCK_N // WGMMA_N) + 1)"
     if plan.wgmma:
         return "128 * (BLOCK_M // 64) * (BLOCK_N // WGMMA_N)"
+    if plan.mfma:
+        return "64 * WAVES_M * WAVES_N"
     if plan.mma:
         m = "(16 * TENSOR_TILE_M)" if plan.mma_tiles else "16"
         n = "(8 * TENSOR_TILE_N)" if plan.mma_tiles else "8"
@@ -150,7 +162,8 @@ def _block_y(plan: Plan) -> str:
     return "BLOCK_M // TRD_Y_DIM" if plan.thread_tile else "BLOCK_M"
 
 
-def _smem_elements(plan: Plan) -> str:
+def smem_elements(plan: Plan) -> str:
+    """Shared-memory elements of the tiles (all buffers), as a launch expression."""
     pad = " + OFFSET_AMOUNT" if plan.padded else ""
     if plan.transpose_a:
         a_tile = f"TILE_K_SIZE * (BLOCK_M{pad})"
@@ -167,18 +180,18 @@ def launch_of(plan: Plan) -> dict[str, str]:
     launch = {"grid_x": "ceil_div(N, BLOCK_N)", "grid_y": "ceil_div(M, BLOCK_M)"}
     if plan.split_k:
         launch["grid_z"] = "K_SPLITS"
-    if plan.mma:
+    if plan.mma or plan.mfma:  # a one-dimensional block of warps / waves
         launch["block_x"] = threads_expression(plan)
     else:
         launch["block_x"] = _block_x(plan)
         launch["block_y"] = _block_y(plan)
     if plan.wgmma:  # always dynamic, WGMMA_ALIGN more to align the stages
         barriers = f" + {BARRIER_BYTES} * NUM_STAGES" if has_barriers(plan) else ""
-        launch["shared_bytes"] = f"{_smem_elements(plan)} * 2 + {WGMMA_ALIGN}{barriers}"
+        launch["shared_bytes"] = f"{smem_elements(plan)} * 2 + {WGMMA_ALIGN}{barriers}"
         if plan.tma:
             launch.update(TMA_BOXES)
     elif plan.shared:
-        size = f"{_smem_elements(plan)} * {smem_unit(plan)}"
+        size = f"{smem_elements(plan)} * {smem_unit(plan)}"
         launch["shared_bytes"] = f"({size} > {STATIC_SHARED_LIMIT}) * {size}"
     else:
         launch["shared_bytes"] = "0"

@@ -1,7 +1,8 @@
 """The kernel plan: an IR of a block-tiled GPU matmul, and its JSON form (KernelContext.state).
 
 One plan prints as CUDA or, from the HIP seed (`hip`), as HIP: the SIMT parts are the
-same in both; the NVIDIA-only parts (NVIDIA_ONLY) cannot be in a HIP plan.
+same in both; the NVIDIA-only parts (NVIDIA_ONLY) cannot be in a HIP plan, the AMD-only
+ones (AMD_ONLY: MFMA) only in one.
 
 After `refactor` the kernel always has the same skeleton, and each transformation
 changes one part of it. The plan records, part by part, what the code looks like:
@@ -18,7 +19,9 @@ changes one part of it. The plan records, part by part, what the code looks like
   fragments read per element or with ldmatrix), or Hopper warpgroup MMAs (wgmma
   m64nNk16 from 128-byte-swizzled shared tiles through matrix descriptors), the tiles
   copied by all threads between barriers or by one producer warpgroup (`producer`),
-  with cp.async or, where the backend gives tensor maps, TMA (`tma`);
+  with cp.async or, where the backend gives tensor maps, TMA (`tma`); or, on AMD GPUs,
+  matrix cores (`mfma`: each wave64 computes 32 x 32 tiles with v_mfma_f32_32x32x8f16 or
+  v_mfma_f32_32x32x2f32 from the shared tiles);
 - epilogue: plain stores, or the split-K hand-over between slices;
 - entry: with or without __launch_bounds__.
 
@@ -35,8 +38,8 @@ from peak_tune.errors import ApplyError
 
 from ..change import read_state
 
-__all__ = ["FORMAT", "NAIVE", "NAIVE_HIP", "NVIDIA_ONLY", "Plan", "dump_plan", "load_plan",
-           "structure_problem"]
+__all__ = ["AMD_ONLY", "FORMAT", "NAIVE", "NAIVE_HIP", "NVIDIA_ONLY", "Plan", "dump_plan",
+           "load_plan", "structure_problem"]
 
 FORMAT = "peak-tune/reference/cuda-matmul/1"
 
@@ -70,6 +73,7 @@ class Plan:
     tma: bool = False  # tma: whole tiles loaded by the Tensor Memory Accelerator
     interior: bool = False  # interior-tiles: blocks inside the matrices copy unchecked
     hip: bool = False  # printed as HIP (the seed was naive.hip), not CUDA: see emit.py
+    mfma: bool = False  # mfma: waves compute 32 x 32 MFMA tiles (AMD CDNA, HIP only)
 
 
     def but(self, **changes: bool) -> Plan:
@@ -82,10 +86,12 @@ NAIVE_HIP = Plan(tiled=False, hip=True)
 _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
-_LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip")
+_LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
                "tma")
+# Parts only AMD GPUs have (the MFMA matrix cores of CDNA): only in HIP.
+AMD_ONLY = ("mfma",)
 
 
 def dump_plan(plan: Plan) -> str:
@@ -132,6 +138,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("producer", "wgmma"),
     ("hoisted", "wgmma"),
     ("tma", "wgmma"),
+    ("mfma", "shared"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),
@@ -142,6 +149,8 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("wgmma", "transpose_a"),
     ("wgmma", "padded"),
     ("wgmma", "interior"),  # its copies have their own (address-hoisting)
+    ("mfma", "thread_tile"),
+    ("mfma", "warp_tile"),
 )
 
 
@@ -153,6 +162,10 @@ def structure_problem(plan: Plan) -> str:
         for part in NVIDIA_ONLY:
             if getattr(plan, part):
                 return f"{part} is NVIDIA-only (not in HIP)"
+    else:
+        for part in AMD_ONLY:
+            if getattr(plan, part):
+                return f"{part} is AMD-only (HIP, not CUDA)"
     for part, needed in _NEEDS:
         if getattr(plan, part) and not getattr(plan, needed):
             return f"{part} needs {needed}"

@@ -1,13 +1,16 @@
 """The transformations as functions on the plan, one per transformation id.
 
 Each rule does to the plan what its Markdown text (transforms/gpu/<id>.md, or
-transforms/cuda/<id>.md for the NVIDIA-only steps) tells an LLM to do to the code, and
+transforms/cuda/<id>.md for the NVIDIA-only steps and transforms/hip/<id>.md for the
+AMD-only ones) tells an LLM to do to the code, and
 raises InvalidPoint with a one-line reason when the plan does not meet its precondition.
 Ties between a transformation's parameters and earlier ones come back as constraints;
 they are only added where no later legal step can change the quantity they bind (the
-catalog's requires/conflicts fix that order), so they never go stale. The
+catalog's requires/conflicts fix that order), so they never go stale; mfma's bound on the
+shared tiles is the one exception, kept because later steps (offset, double-buffer) only
+add to the tiles: it stays necessary and the backend checks the final size. The
 threads-per-block limit is a constraint once the thread count is final (thread-tiling,
-tensor-tiling); before that the backend prunes an oversized block.
+tensor-tiling, mfma); before that the backend prunes an oversized block.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.errors import ApplyError, InvalidPoint
 
-from .geometry import threads_expression
+from .geometry import smem_elements, smem_unit, threads_expression
 from .plan import Plan
 from .snippets import SPLIT_K_TABLE_SIZE
 
@@ -268,6 +271,47 @@ def tma(plan: Plan, device: DeviceProfile) -> Change:
     return Change(plan.but(tma=True), ("BLOCK_M <= 256", "TILE_K_SIZE <= 256"))
 
 
+# CDNA targets with the 32 x 32 MFMA instructions (v_mfma_f32_32x32x8f16, _32x32x2f32)
+_MFMA_ARCHS = ("gfx908", "gfx90a", "gfx940", "gfx941", "gfx942")
+
+
+def mfma(plan: Plan, device: DeviceProfile) -> Change:
+    """Waves of 64 lanes compute 32 x 32 tiles with MFMA: AMD CDNA GPUs only."""
+    _shared(plan, "mfma")
+    _once(plan.mfma, "mfma: the kernel already uses the matrix cores")
+    if not plan.hip:
+        raise InvalidPoint("mfma is AMD-only: it applies to HIP kernels (the seed naive.hip)")
+    _once(plan.thread_tile or plan.warp_tile,
+          "mfma replaces the SIMT thread and warp tiles; apply it instead of them")
+    arch = str(device.facts.get("arch", "")).split(":")[0]
+    if arch not in _MFMA_ARCHS:
+        raise InvalidPoint(f"mfma needs an AMD GPU with matrix cores ({', '.join(_MFMA_ARCHS)}); "
+                           f"device {device.name!r} builds for {arch or '?'}")
+    if _fact(device, "warp_size", 64) != 64:
+        raise ApplyError(f"mfma's lane layouts are for waves of 64 lanes, device "
+                         f"{device.name!r} has {_fact(device, 'warp_size', 64)}")
+    child = plan.but(mfma=True)
+    ties = ("BLOCK_M % (32 * WAVES_M) == 0", "BLOCK_N % (32 * WAVES_N) == 0",
+            "TILE_K_SIZE % 8 == 0", _threads_limit(child, device),
+            _mfma_accumulators(device), _lds_limit(child, device))
+    return Change(child, ties)
+
+
+def _mfma_accumulators(device: DeviceProfile) -> str:
+    # 16 fp32 accumulators per lane per 32 x 32 tile, held for the whole K loop: more than
+    # the AGPRs (on gfx90a and gfx942 at most half the unified 512-register file) cannot
+    # fit beside the operands and addresses in the VGPRs
+    tiles = "(BLOCK_M // (32 * WAVES_M)) * (BLOCK_N // (32 * WAVES_N))"
+    return f"16 * {tiles} <= {_fact(device, 'max_agprs', 256)}"
+
+
+def _lds_limit(plan: Plan, device: DeviceProfile) -> str:
+    # the tiles as the launch counts them (4-byte elements); later steps (offset,
+    # double-buffer) only add to them, and the backend checks the final size
+    kib = _fact(device, "shared_memory_per_block_kib", 64)
+    return f"{smem_elements(plan)} * {smem_unit(plan)} <= {kib * 1024}"
+
+
 def launch_bounds(plan: Plan, device: DeviceProfile) -> Change:
     _tiled(plan, "launch-bounds")
     _once(plan.launch_bounds, "launch-bounds: the kernel already declares its launch bounds")
@@ -299,4 +343,5 @@ RULES: Mapping[str, Rule] = {
     "warp-specialize": warp_specialize,
     "address-hoisting": address_hoisting,
     "tma": tma,
+    "mfma": mfma,
 }

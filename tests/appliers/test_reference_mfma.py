@@ -1,0 +1,425 @@
+"""The AMD matrix-core step (`mfma`, transforms/hip/mfma.md) of the reference applier,
+checked without an AMD GPU in three ways:
+
+- the lane layouts (mfma_layout, the one place the emitter takes them from): a numpy
+  model of one wave's MFMA built from them computes A @ B, and they give the entries
+  AMD's matrix instruction calculator prints for v_mfma_f32_32x32x8f16 and _32x32x2f32;
+- real builds for gfx90a (MI250) and gfx942 (MI300X) with clang: the MFMA instruction is
+  in the code object, the accumulators fit the register budget, and points the device
+  cannot run are pruned (skipped with the reason without the toolchain);
+- the printed kernels run on the host (clang++ with tests/fixtures/hip_host: a thread per
+  lane, the MFMA builtins as a rendezvous of the wave's lanes) at odd sizes, fp16 and
+  fp32, against numpy (skipped without clang++).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from peak_tune.appliers.reference import ReferenceApplier
+from peak_tune.appliers.reference.cuda_matmul import apply_transformation, plan_of
+from peak_tune.appliers.reference.cuda_matmul.emit_mfma import MFMA_INSTRUCTIONS
+from peak_tune.appliers.reference.cuda_matmul.mfma_layout import (
+    ACC_ELEMENTS,
+    LANES,
+    TILE,
+    CExpr,
+    a_element,
+    b_element,
+    d_element,
+    per_lane,
+)
+from peak_tune.appliers.reference.cuda_matmul.plan import (
+    Plan,
+    dump_plan,
+    load_plan,
+    structure_problem,
+)
+from peak_tune.backends import _hip_amd
+from peak_tune.backends._cuda_launch import evaluate_launch
+from peak_tune.backends.hip import HipBackend
+from peak_tune.catalog.loaders import load_device, load_spec, load_transformations
+from peak_tune.catalog.types import DeviceProfile, Transformation
+from peak_tune.core import KernelContext
+from peak_tune.errors import ApplyError, CompileError, InvalidPoint
+from peak_tune.expr import evaluate_bool
+from peak_tune.pipeline import seed_context
+from tests.appliers.conftest import build_cuda as build
+from tests.appliers.test_reference_cuda import tuning_point
+from tests.appliers.test_reference_hip import needs_amd_clang
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVICES = ROOT / "backends" / "devices"
+HOST_SHIM = ROOT / "tests" / "fixtures" / "hip_host" / "include"
+MFMA = ("refactor", "tb-tiling", "mfma")
+SEQUENCES = (  # mfma with the portable steps around it, in several orders
+    MFMA,
+    ("refactor", "tb-tiling", "transpose", "offset", "mfma", "vector-loads", "block-swizzle"),
+    ("refactor", "tb-tiling", "mfma", "register-staging", "double-buffer", "vector-loads",
+     "launch-bounds"),
+    ("refactor", "split-k", "tb-tiling", "interior-tiles", "mfma", "transpose"),
+)
+ODD_SIZES = ((67, 53, 97), (31, 17, 5), (1, 1, 1), (129, 70, 33))
+HOST_CLANG = next(filter(None, map(shutil.which, ("clang++-19", "clang++"))), None)
+needs_host_clang = pytest.mark.skipif(HOST_CLANG is None,
+                                      reason="needs clang++ (ext_vector_type, _Float16)")
+
+
+@pytest.fixture(scope="module")
+def catalog() -> dict[str, Transformation]:
+    return load_transformations([ROOT / "transforms"])
+
+
+@pytest.fixture(scope="module")
+def seed() -> KernelContext:
+    return seed_context(load_spec(ROOT / "seeds" / "matmul"), "hip")
+
+
+@pytest.fixture(scope="module")
+def mi250() -> DeviceProfile:
+    return load_device(DEVICES / "mi250.toml")
+
+
+def _variant(sequence: tuple[str, ...], seed: KernelContext,
+             catalog: dict[str, Transformation], device: DeviceProfile) -> KernelContext:
+    return build(seed, sequence, catalog, device)
+
+
+# ---------------------------------------------------------------- the lane layouts
+
+
+def _wave_mfma(a: np.ndarray, b: np.ndarray, per: int) -> np.ndarray:
+    """One wave's 32 x 32 x (2 * per) MFMA as the lanes see it: each lane gathers its
+    operands by a_element / b_element, the instruction forms the product of the matrices
+    they make up, and each lane reads its 16 results by d_element."""
+    k = 2 * per
+    lane_a, lane_b = np.zeros((LANES, per)), np.zeros((LANES, per))
+    for lane in range(LANES):
+        for i in range(per):
+            lane_a[lane, i] = a[a_element(lane, i, per)]
+            lane_b[lane, i] = b[b_element(lane, i, per)]
+    # the hardware's side, from AMD's tables: A[i][k] in lane i + 32 (k / per), B[k][j]
+    # in lane j + 32 (k / per), element k % per of each
+    whole_a = np.array([[lane_a[m + TILE * (q // per), q % per] for q in range(k)]
+                        for m in range(TILE)])
+    whole_b = np.array([[lane_b[n + TILE * (q // per), q % per] for n in range(TILE)]
+                        for q in range(k)])
+    product = whole_a @ whole_b
+    c = np.full((TILE, TILE), np.nan)
+    for lane in range(LANES):
+        for i in range(ACC_ELEMENTS):
+            row, col = d_element(lane, i)
+            assert np.isnan(c[row, col]), "two accumulators map to one element"
+            c[row, col] = product[row, col]
+    return c
+
+
+@pytest.mark.parametrize("element_bytes", [2, 4])
+def test_one_wave_of_mfma_lanes_computes_the_tile_product(element_bytes):
+    per = per_lane(element_bytes)
+    rng = np.random.default_rng(element_bytes)
+    a, b = rng.uniform(-1, 1, (TILE, 2 * per)), rng.uniform(-1, 1, (2 * per, TILE))
+    assert np.allclose(_wave_mfma(a, b, per), a @ b, rtol=0, atol=1e-12)
+    # a K loop of such steps, as the kernel runs it, is the whole product
+    a, b = rng.uniform(-1, 1, (TILE, 8 * per)), rng.uniform(-1, 1, (8 * per, TILE))
+    total = sum(_wave_mfma(a[:, k0:k0 + 2 * per], b[k0:k0 + 2 * per], per)
+                for k0 in range(0, 8 * per, 2 * per))
+    assert np.allclose(total, a @ b, rtol=0, atol=1e-12)
+
+
+def test_the_layouts_are_amds():
+    # entries of `matrix_calculator.py -a cdna2|cdna3 -i v_mfma_f32_32x32x8f16 -A/-B/-D -M`
+    # (ROCm/amd_matrix_instruction_calculator): (lane, element) -> matrix entry; all 256
+    # A, 256 B and 1024 D entries agreed, the same for _32x32x2f32 and on CDNA3
+    assert a_element(0, 0, 4) == (0, 0) and a_element(1, 3, 4) == (1, 3)
+    assert a_element(32, 0, 4) == (0, 4) and a_element(63, 3, 4) == (31, 7)
+    assert b_element(1, 0, 4) == (0, 1) and b_element(32, 1, 4) == (5, 0)
+    assert b_element(63, 3, 4) == (7, 31)
+    assert a_element(33, 0, 1) == (1, 1) and b_element(33, 0, 1) == (1, 1)
+    rows_of_lane_0 = [d_element(0, i)[0] for i in range(ACC_ELEMENTS)]
+    assert rows_of_lane_0 == [0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27]
+    assert d_element(32, 0) == (4, 0) and d_element(63, 15) == (31, 31)
+    assert d_element(5, 4) == (8, 5)
+
+
+def test_the_kernel_prints_the_layouts_it_is_checked_with(seed, catalog, mi250):
+    source = _variant(MFMA, seed, catalog, mi250).source
+    lane, i, per = CExpr("lane"), CExpr("i"), CExpr("PT_MFMA_KL")
+    row, k = a_element(lane, i, per)
+    assert f"PT_AS(s, m0 + {row}, k0 + {k})" in source
+    k, col = b_element(lane, i, per)
+    assert f"PT_BS(s, k0 + {k}, n0 + {col})" in source
+    row, col = d_element(lane, i)
+    assert f"const int r = bm + wr + mi * 32 + {row};" in source
+    assert f"const int c = bn + wc + ni * 32 + {col};" in source
+    assert str(row) == "i / 4 * 8 + lane / 32 * 4 + i % 4"
+
+
+# ---------------------------------------------------------------- plan and rule
+
+
+def test_mfma_is_a_hip_only_part_that_leaves_older_states_alone(seed, catalog, mi250):
+    tiled = Plan(shared=True)
+    assert structure_problem(tiled.but(mfma=True)) == "mfma is AMD-only (HIP, not CUDA)"
+    assert structure_problem(tiled.but(mfma=True, hip=True)) == ""
+    assert "mfma" not in dump_plan(tiled.but(hip=True))  # states before it: unchanged
+    context = _variant(MFMA, seed, catalog, mi250)
+    assert load_plan(context.state) == Plan(shared=True, hip=True, mfma=True)
+    assert plan_of(context).mfma
+    assert structure_problem(Plan(hip=True, mfma=True)) == "mfma needs shared"
+
+
+def test_mfma_is_offered_for_amd_kernels_only(seed, catalog, mi250):
+    assert catalog["mfma"].backends == ("hip",)
+    assert not catalog["mfma"].applies_to("matmul", "cuda")
+    h200 = load_device(DEVICES / "h200.toml")
+    cuda = build(seed_context(load_spec(ROOT / "seeds" / "matmul"), "cuda"),
+                 ("refactor", "tb-tiling"), catalog, h200)
+    with pytest.raises(InvalidPoint, match="not for cuda/matmul"):
+        ReferenceApplier().apply(cuda, catalog["mfma"], h200)
+    portable = dataclasses.replace(catalog["mfma"], backends=("cuda", "hip"))
+    with pytest.raises(InvalidPoint, match="AMD-only"):
+        apply_transformation(cuda, portable, h200)
+    # HIP on an NVIDIA GPU (the HIP-on-CUDA header) has no matrix cores of this kind
+    hip_on_h200 = build(seed, ("refactor", "tb-tiling"), catalog, h200)
+    with pytest.raises(InvalidPoint, match="matrix cores"):
+        apply_transformation(hip_on_h200, catalog["mfma"], h200)
+
+
+def test_mfma_needs_the_lds_tiles_and_replaces_the_thread_tiles(seed, catalog, mi250):
+    with pytest.raises(InvalidPoint, match="requires tb-tiling"):
+        build(seed, ("refactor", "mfma"), catalog, mi250)
+    with pytest.raises(InvalidPoint, match="conflicts with thread-tiling"):
+        build(seed, ("refactor", "tb-tiling", "thread-tiling", "mfma"), catalog, mi250)
+    with pytest.raises(InvalidPoint, match="mfma and thread_tile exclude each other"):
+        build(seed, MFMA + ("thread-tiling",), catalog, mi250)
+    # the rule refuses too, whatever a catalog says
+    lax = dataclasses.replace(catalog["mfma"], conflicts=())
+    tiled = build(seed, ("refactor", "tb-tiling", "warp-tiling"), catalog, mi250)
+    with pytest.raises(InvalidPoint, match="replaces the SIMT"):
+        apply_transformation(tiled, lax, mi250)
+
+
+def test_the_wave_grid_sets_the_block_and_the_constraints(seed, catalog, mi250):
+    context = _variant(MFMA, seed, catalog, mi250)
+    assert context.launch["block_x"] == "64 * WAVES_M * WAVES_N"
+    assert "block_y" not in context.launch
+    assert {p.name for p in context.params} >= {"WAVES_M", "WAVES_N"}
+    point = {"BLOCK_M": 128, "BLOCK_N": 64, "TILE_K_SIZE": 32, "WAVES_M": 2, "WAVES_N": 2}
+    assert all(evaluate_bool(c, point) for c in context.constraints)
+    shape = evaluate_launch(context.launch, {**point, "M": 300, "N": 200, "K": 50})
+    assert shape.threads == 256 and shape.grid == (4, 3, 1)
+
+    def broken(**change: int) -> list[str]:
+        return [c for c in context.constraints if not evaluate_bool(c, {**point, **change})]
+
+    assert broken(BLOCK_N=32) == ["BLOCK_N % (32 * WAVES_N) == 0"]  # a wave tile < 32
+    assert broken(BLOCK_M=16, WAVES_M=1) == ["BLOCK_M % (32 * WAVES_M) == 0"]
+    assert broken(BLOCK_M=256, BLOCK_N=256, WAVES_M=1, WAVES_N=2) == [  # 32 tiles a wave
+        "16 * (BLOCK_M // (32 * WAVES_M)) * (BLOCK_N // (32 * WAVES_N)) <= 256"]
+    lds = broken(BLOCK_M=256, BLOCK_N=256, TILE_K_SIZE=64, WAVES_M=4, WAVES_N=4)
+    assert len(lds) == 1 and lds[0].endswith("<= 65536")  # 128 KiB of tiles
+
+
+# ---------------------------------------------------------------- real builds
+
+
+def _instruction(dtype: str, arch: str) -> str:
+    return MFMA_INSTRUCTIONS[dtype][1 if arch == "gfx90a" else 2]
+
+
+def _amd_build(context: KernelContext, values: Mapping[str, int], dtype: str,
+               device: str, build_dir: Path) -> dict[str, int]:
+    profile = load_device(DEVICES / f"{device}.toml")
+    arch = str(profile.facts["arch"])
+    artifact = HipBackend(profile).compile(context, values, dtype, str(build_dir))
+    toolchain = _hip_amd.find_toolchain()
+    found = _hip_amd.matrix_instructions(
+        _hip_amd.disassemble(toolchain, Path(artifact.path), arch))
+    assert found == [_instruction(dtype, arch)], (device, dtype, found)
+    return dict(artifact.resources)
+
+
+@needs_amd_clang
+@pytest.mark.hip
+@pytest.mark.parametrize("sequence", SEQUENCES, ids=lambda s: "+".join(s[2:]))
+def test_mfma_variants_compile_to_matrix_instructions(sequence, seed, catalog, mi250,
+                                                      tmp_path):
+    """At the first and last legal points, fp16 and fp32, for gfx90a and gfx942: the
+    MFMA instruction of the element type, 16 accumulators per tile in AGPRs or VGPRs
+    within the unified file, no spills. A point pruned for its resources is fine."""
+    context = _variant(sequence, seed, catalog, mi250)
+    built = 0
+    for device in ("mi250", "mi300x"):
+        profile = load_device(DEVICES / f"{device}.toml")
+        for end in (0, -1):
+            values = tuning_point(context, end, profile)
+            tiles = (values["BLOCK_M"] // (32 * values["WAVES_M"])
+                     * (values["BLOCK_N"] // (32 * values["WAVES_N"])))
+            for dtype in ("float16", "float32"):
+                try:
+                    resources = _amd_build(context, values, dtype, device, tmp_path)
+                except InvalidPoint as exc:
+                    assert "spilled" in str(exc) or "LDS" in str(exc), exc
+                    continue
+                assert resources["agprs"] <= int(profile.facts["max_agprs"])
+                assert 16 * tiles <= resources["vgprs"] <= 512  # VGPRs + AGPRs together
+                assert resources["vgpr_spills"] == resources["sgpr_spills"] == 0
+                assert resources["max_threads_per_block"] == 64 * values["WAVES_M"] * \
+                    values["WAVES_N"]  # __launch_bounds__(PT_THREADS)
+                built += 1
+    assert built >= 4
+
+
+@needs_amd_clang
+@pytest.mark.hip
+def test_accumulators_sit_in_agprs_on_gfx90a(seed, catalog, mi250, tmp_path):
+    context = _variant(MFMA, seed, catalog, mi250)
+    point = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 32, "WAVES_M": 2, "WAVES_N": 2}
+    for device in ("mi250", "mi300x"):
+        resources = _amd_build(context, point, "float16", device, tmp_path)
+        assert resources["agprs"] == 4 * 16  # 2 x 2 tiles of 16 a lane per wave
+
+
+@needs_amd_clang
+@pytest.mark.hip
+def test_points_the_device_cannot_run_are_pruned(seed, catalog, mi250, tmp_path):
+    context = _variant(MFMA, seed, catalog, mi250)
+    backend = HipBackend(mi250)
+    # tiles of 256 x 64 and 64 x 256 in 4-byte elements: 128 KiB of LDS, over 64 KiB
+    big = {"BLOCK_M": 256, "BLOCK_N": 256, "TILE_K_SIZE": 64, "WAVES_M": 4, "WAVES_N": 4}
+    with pytest.raises(InvalidPoint, match="bytes of shared memory"):
+        backend.compile(context, big, "float32", str(tmp_path))
+    # one wave owning a 128 x 128 tile: 256 accumulators a lane, and the operands and
+    # copies of a 64-deep K tile beside them, spill
+    lonely = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 64, "WAVES_M": 1, "WAVES_N": 1}
+    with pytest.raises(InvalidPoint, match="spilled to scratch"):
+        backend.compile(context, lonely, "float16", str(tmp_path))
+
+
+@needs_amd_clang
+@pytest.mark.hip
+def test_a_float64_build_fails_with_the_reason(seed, catalog, mi250, tmp_path):
+    context = _variant(MFMA, seed, catalog, mi250)
+    point = {"BLOCK_M": 64, "BLOCK_N": 64, "TILE_K_SIZE": 16, "WAVES_M": 2, "WAVES_N": 2}
+    with pytest.raises(CompileError) as failure:
+        HipBackend(mi250).compile(context, point, "float64", str(tmp_path))
+    assert "not float64" in (failure.value.detail or "") + str(failure.value)
+
+
+# ---------------------------------------------------------------- run on the host
+
+_MAIN = r"""
+#include <cstdio>
+%(kernel)s
+int main(int argc, char **argv) {
+    const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]), guard = atoi(argv[4]);
+    const dim3 grid{(unsigned)atoi(argv[5]), (unsigned)atoi(argv[6]), (unsigned)atoi(argv[7])};
+    const dim3 block{(unsigned)atoi(argv[8]), (unsigned)atoi(argv[9]), (unsigned)atoi(argv[10])};
+    std::vector<float> a((size_t)M * K), b((size_t)K * N), c((size_t)M * N + 2 * guard);
+    FILE *in = fopen(argv[11], "rb");
+    if (fread(a.data(), 4, a.size(), in) != a.size() || fread(b.data(), 4, b.size(), in) != b.size()
+        || fread(c.data(), 4, c.size(), in) != c.size()) return 2;
+    fclose(in);
+    std::vector<DTYPE> ad(a.begin(), a.end()), bd(b.begin(), b.end()), cd(c.begin(), c.end());
+    pt_host_launch(grid, block,
+                   [&] { %(entry)s(ad.data(), bd.data(), cd.data() + guard, M, N, K); });
+    for (size_t i = 0; i < c.size(); ++i) c[i] = (float)cd[i];
+    FILE *out = fopen(argv[12], "wb");
+    fwrite(c.data(), 4, c.size(), out);
+    fclose(out);
+    return 0;
+}
+"""
+_HOST_TYPES = {"float32": ("float", np.float32, 1e-5), "float16": ("__half", np.float16, 2e-3)}
+_GUARD, _SENTINEL = 256, 1024.0
+
+
+def _run_on_host(context: KernelContext, params: Mapping[str, int], dtype: str,
+                 sizes: tuple[tuple[int, int, int], ...], folder: Path) -> None:
+    """Build the kernel for the host at `params`, run it at each size and assert that C is
+    right (to the element type's accuracy) and that nothing outside C was written."""
+    element, np_type, tolerance = _HOST_TYPES[dtype]
+    program, binary = folder / "kernel.cpp", folder / f"kernel-{dtype}"
+    program.write_text(_MAIN % {"kernel": context.source, "entry": context.entry})
+    flags = [f"-D{name}={value}" for name, value in sorted(params.items())]
+    assert HOST_CLANG is not None
+    built = subprocess.run([HOST_CLANG, "-std=c++20", "-O1", "-pthread", f"-I{HOST_SHIM}",
+                            f"-DDTYPE={element}", "-DACC=float", *flags, str(program), "-o",
+                            str(binary)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-4000:]
+    rng = np.random.default_rng(0)
+    for m, n, k in sizes:
+        geometry = evaluate_launch(context.launch, {**params, "M": m, "N": n, "K": k})
+        assert geometry.shared_bytes == 0, "the host shim runs static shared memory only"
+        # inputs exactly representable in the element type: the check sees only the sums
+        a = rng.uniform(-1, 1, (m, k)).astype(np_type).astype(np.float32)
+        b = rng.uniform(-1, 1, (k, n)).astype(np_type).astype(np.float32)
+        c = np.full(m * n + 2 * _GUARD, np.nan, np.float32)
+        c[:_GUARD] = c[-_GUARD:] = _SENTINEL
+        inputs, output = folder / "in.bin", folder / "out.bin"
+        inputs.write_bytes(a.tobytes() + b.tobytes() + c.tobytes())
+        subprocess.run([str(binary), str(m), str(n), str(k), str(_GUARD),
+                        *map(str, geometry.grid), *map(str, geometry.block), str(inputs),
+                        str(output)], check=True, timeout=300)
+        got = np.frombuffer(output.read_bytes(), np.float32)
+        assert (got[:_GUARD] == _SENTINEL).all() and (got[-_GUARD:] == _SENTINEL).all(), \
+            f"wrote outside C at {m}x{n}x{k}"
+        expected = a.astype(np.float64) @ b.astype(np.float64)
+        scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+        error = np.abs(got[_GUARD:-_GUARD].reshape(m, n) - expected)
+        wrong = ~(error <= tolerance * scale + 1e-6)
+        assert np.isfinite(got).all() and not wrong.any(), \
+            f"{dtype}: wrong result at {m}x{n}x{k}: {int(wrong.sum())} elements"
+
+
+HOST_POINTS = (  # (sequence, point): static LDS only, a few waves (a thread per lane)
+    (MFMA, {"BLOCK_M": 64, "BLOCK_N": 64, "TILE_K_SIZE": 16, "WAVES_M": 2, "WAVES_N": 1}),
+    (MFMA, {"BLOCK_M": 32, "BLOCK_N": 128, "TILE_K_SIZE": 8, "WAVES_M": 1, "WAVES_N": 2}),
+    (SEQUENCES[1], {"BLOCK_M": 64, "BLOCK_N": 32, "TILE_K_SIZE": 16, "OFFSET_AMOUNT": 1,
+                    "SWIZZLE_GROUP": 2, "WAVES_M": 1, "WAVES_N": 1}),
+    (SEQUENCES[2], {"BLOCK_M": 64, "BLOCK_N": 64, "TILE_K_SIZE": 32, "WAVES_M": 1,
+                    "WAVES_N": 2, "MIN_BLOCKS_PER_SM": 1}),
+    (SEQUENCES[3], {"BLOCK_M": 32, "BLOCK_N": 64, "TILE_K_SIZE": 8, "K_SPLITS": 3,
+                    "WAVES_M": 1, "WAVES_N": 2}),
+)
+
+
+@needs_host_clang
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize(("sequence", "point"), HOST_POINTS,
+                         ids=["+".join(s[2:]) + f"-{p['BLOCK_M']}x{p['BLOCK_N']}"
+                              for s, p in HOST_POINTS])
+def test_mfma_kernels_are_right_at_odd_sizes_on_the_host(sequence, point, dtype, seed,
+                                                         catalog, mi250, tmp_path):
+    context = _variant(sequence, seed, catalog, mi250)
+    assert set(point) == {p.name for p in context.params}
+    assert all(evaluate_bool(c, point) for c in context.constraints)
+    _run_on_host(context, point, dtype, ODD_SIZES, tmp_path)
+
+
+@needs_host_clang
+def test_a_wrong_layout_fails_on_the_host(seed, catalog, mi250, tmp_path):
+    """The host run can fail: the epilogue's rows of the two lane halves swapped."""
+    context = _variant(MFMA, seed, catalog, mi250)
+    row = str(d_element(CExpr("lane"), CExpr("i"))[0])
+    swapped = row.replace("lane / 32 * 4", "(1 - lane / 32) * 4")
+    assert row in context.source
+    broken = dataclasses.replace(context, source=context.source.replace(row, swapped))
+    point = {"BLOCK_M": 32, "BLOCK_N": 32, "TILE_K_SIZE": 8, "WAVES_M": 1, "WAVES_N": 1}
+    with pytest.raises(AssertionError, match="wrong result"):
+        _run_on_host(broken, point, "float32", ((32, 32, 8),), tmp_path)
+
+
+def test_apply_error_for_a_device_with_other_waves(seed, catalog, mi250):
+    narrow = dataclasses.replace(mi250, facts={**mi250.facts, "warp_size": 32})
+    tiled = build(seed, ("refactor", "tb-tiling"), catalog, mi250)
+    with pytest.raises(ApplyError, match="waves of 64 lanes"):
+        apply_transformation(tiled, catalog["mfma"], narrow)
