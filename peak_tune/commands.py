@@ -157,8 +157,8 @@ def dry_run(args: argparse.Namespace) -> int:
                         f"(choose from {', '.join(spec.dtypes)})")
     if args.points < 0:
         raise UserError("--points must be zero or more")
-    transformations = {t.id: t for t in catalog.transformations_for(spec.name, backend_name,
-                                                                    args.dtype)}
+    transformations = {t.id: t for t in catalog.transformations_for(
+        spec.name, backend_name, args.dtype, device.vendor)}
     backend = make_backend(backend_name, device)
     try:
         points = check_space(backend, device, spec, backend_name, transformations,

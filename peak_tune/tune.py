@@ -446,12 +446,18 @@ class TuneSession:
         self.sizes = _sizes(config, self.spec.size_symbols, self.spec.default_size)
         self.transformations = {
             t.id: t for t in catalog.transformations_for(self.spec.name, backend_name,
-                                                         config.dtype)
+                                                         config.dtype, self.device.vendor)
         }
         if backend_name not in self.spec.sources:
             raise UserError(f"kernel {self.spec.name!r} has no seed for backend {backend_name!r}")
         every_type = {t.id for t in catalog.transformations_for(self.spec.name, backend_name)}
         for tid in config.sequence + config.only:
+            wanted = catalog.transformations.get(tid)
+            if tid in every_type and wanted is not None and wanted.vendors and \
+                    self.device.vendor not in wanted.vendors:
+                raise UserError(f"transformation {tid!r} is for {', '.join(wanted.vendors)} "
+                                f"devices, not {self.device.name} "
+                                f"({self.device.vendor or 'no GPU'})")
             if tid in every_type and tid not in self.transformations:
                 allowed = ", ".join(catalog.element_types(tid)) or "no element type"
                 raise UserError(f"transformation {tid!r} does not apply to {config.dtype} "

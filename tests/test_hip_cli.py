@@ -75,3 +75,21 @@ def test_dry_run_on_the_cpu_and_its_bad_input(tmp_path):
     bad = peak_tune("dry-run", "--device", "tpu9", cwd=tmp_path)
     assert bad.returncode == 2 and "unknown device 'tpu9'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_amd_only_steps_are_left_out_for_nvidia_devices(tmp_path):
+    done = peak_tune("--trials", "1", "--backend", "hip", "--device", "h200", "--sequence",
+                     "refactor,tb-tiling,mfma", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "transformation 'mfma' is for amd devices, not h200 (nvidia)" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(_no_amd_clang() is not None, reason=f"no HIP compiler: {_no_amd_clang()}")
+def test_dry_run_offers_mfma_on_amd_and_shows_its_matrix_accumulators(tmp_path):
+    done = peak_tune("dry-run", "--device", "mi300x", "--dtype", "float16", "--points", "0",
+                     "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    mfma = [p for p in json.loads(done.stdout)["points"] if "mfma" in p["sequence"]]
+    assert mfma and all(p["outcome"] in ("ok", "pruned") for p in mfma)

@@ -187,7 +187,8 @@ def _launch(path: Path, table: Any, symbols: set[str]) -> dict[str, dict[str, st
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)\n---[ \t]*\n(.*)\Z", re.S)
 _PASS_HEADING = re.compile(r"^##\s+Pass\s+(\d+)\b[^\n]*$", re.M)
 _TRANSFORM_REQUIRED = {"id", "version", "title", "kernels", "backends", "params", "passes"}
-_TRANSFORM_OPTIONAL = {"summary", "requires", "conflicts", "constraints", "defaults", "dtypes"}
+_TRANSFORM_OPTIONAL = {"summary", "requires", "conflicts", "constraints", "defaults", "dtypes",
+                       "vendors"}
 
 
 def _params(path: Path, table: Any) -> tuple[ParamDomain, ...]:
@@ -298,6 +299,7 @@ def load_transformation(path: Path) -> Transformation:
         path=str(path),
         defaults=_defaults(path, meta.get("defaults", {}), params),
         dtypes=_dtypes(path, meta.get("dtypes", [])),
+        vendors=_str_list(path, "vendors", meta.get("vendors", [])),
     )
 
 

@@ -98,12 +98,12 @@ class Catalog:
             stack.extend(t.requires)
         return tuple(sorted(allowed))
 
-    def transformations_for(self, kernel: str, backend: str, dtype: str | None = None
-                            ) -> list[Transformation]:
-        """The transformations for a kernel and backend (and element type: one that
-        requires a transformation left out for the type is left out too)."""
+    def transformations_for(self, kernel: str, backend: str, dtype: str | None = None,
+                            vendor: str | None = None) -> list[Transformation]:
+        """The transformations for a kernel and backend (and element type and device
+        maker: one that requires a transformation left out for them is left out too)."""
         kept = {t.id: t for t in self.transformations.values()
-                if t.applies_to(kernel, backend, dtype)}
+                if t.applies_to(kernel, backend, dtype, vendor)}
         while True:
             reachable = {tid: t for tid, t in kept.items()
                          if all(r in kept for r in t.requires)}

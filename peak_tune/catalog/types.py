@@ -38,6 +38,8 @@ class Transformation:
     without giving one (not part of the identity: the tuner never uses it).
     `dtypes`: the element types it applies to (empty: any); a study of another type
     leaves it out of its search space (not part of the identity either).
+    `vendors`: the GPU makers whose devices it is for (empty: any), e.g. [amd] for MFMA
+    in HIP, which also runs on NVIDIA GPUs; a study of another's device leaves it out.
     """
 
     id: str
@@ -54,6 +56,7 @@ class Transformation:
     path: str = ""
     defaults: Mapping[str, int] = field(default_factory=dict)
     dtypes: tuple[str, ...] = ()
+    vendors: tuple[str, ...] = ()
 
     def default_value(self, name: str) -> tuple[int, bool]:
         """(value, declared): the declared default, else the first allowed value."""
@@ -76,10 +79,12 @@ class Transformation:
             }
         )
 
-    def applies_to(self, kernel: str, backend: str, dtype: str | None = None) -> bool:
-        """For this kernel and backend, and element type when given."""
+    def applies_to(self, kernel: str, backend: str, dtype: str | None = None,
+                   vendor: str | None = None) -> bool:
+        """For this kernel and backend, and element type and device maker when given."""
         return (kernel in self.kernels and backend in self.backends
-                and (dtype is None or not self.dtypes or dtype in self.dtypes))
+                and (dtype is None or not self.dtypes or dtype in self.dtypes)
+                and (vendor is None or not self.vendors or vendor in self.vendors))
 
 
 @dataclass(frozen=True)
@@ -93,3 +98,11 @@ class DeviceProfile:
     memory_bandwidth_gbs: float
     facts: Mapping[str, int | float | str] = field(default_factory=dict)  # for prompts
     path: str = ""
+
+    @property
+    def vendor(self) -> str:
+        """The maker: facts.vendor, else from the architecture (sm_: nvidia, gfx: amd),
+        else "" (the CPU)."""
+        arch = str(self.facts.get("arch", ""))
+        inferred = "nvidia" if arch.startswith("sm_") else "amd" if arch.startswith("gfx") else ""
+        return str(self.facts.get("vendor", inferred))
