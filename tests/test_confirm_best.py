@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +17,9 @@ import pytest
 
 from peak_tune.harness.noise import NoisePolicy
 from peak_tune.tune import CONFIRM_ATTR, CONFIRM_ROUNDS
+from tests.user_kernels import SLEEPY_C, one_seed_catalog
 
 SMALL = ["--size", "64", "--repeats", "3"]
-SEEDS = Path(__file__).resolve().parents[1] / "seeds"
 
 # The naive matmul, right in the first job process that runs it and wrong (C left
 # unwritten) in every later one: a kernel whose trial passed, by luck, and that fails
@@ -58,23 +57,6 @@ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
 }
 """
 
-# The naive matmul, then a sleep of 0-20 ms that differs on every call: every timing of
-# it is spread far past the noise threshold.
-SLEEPY_C = r"""
-#include <time.h>
-#include <unistd.h>
-void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            DTYPE acc = 0;
-            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
-            C[i * N + j] = acc;
-        }
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    usleep((useconds_t)((now.tv_nsec / 1000) % 20000));
-}
-"""
 
 
 def peak(*args: str, env: dict[str, str] | None = None, timeout: float = 300
@@ -96,16 +78,6 @@ def study_of(results: Path, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=f"sqlite:///{results}/peak.db")
 
 
-def one_seed_catalog(folder: Path, name: str, source: str) -> Path:
-    """A user's own kernel `name` (matmul's spec, `source` as its C seed): no
-    transformation applies to it, so a study of it times the seed alone."""
-    seed = folder / "seeds" / name
-    seed.mkdir(parents=True)
-    spec = (SEEDS / "matmul" / "spec.toml").read_text()
-    seed.joinpath("spec.toml").write_text(spec.replace('name = "matmul"', f'name = "{name}"', 1))
-    seed.joinpath("naive.c").write_text(source)
-    shutil.copy(SEEDS / "matmul" / "naive.cu", seed / "naive.cu")
-    return folder
 
 
 def test_the_summary_prints_the_end_of_run_retiming(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -22,27 +21,10 @@ from peak_tune.core import Measurement, ProblemSize
 from peak_tune.errors import WrongResult
 from peak_tune.harness.noise import NoisePolicy, measure_steadily, timing_spread
 from peak_tune.harness.vendor import VENDOR_ATTR, VendorClock, VendorFigure, VendorSchedule
+from tests.user_kernels import SLEEPY_C, one_seed_catalog
 
 SMALL = ["--size", "64", "--repeats", "3"]
-SEEDS = Path(__file__).resolve().parents[1] / "seeds"
 
-# The naive matmul, then a sleep of 0-20 ms that differs on every call: its timings
-# spread far past any threshold, every time it is measured.
-SLEEPY_C = r"""
-#include <time.h>
-#include <unistd.h>
-void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            DTYPE acc = 0;
-            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
-            C[i * N + j] = acc;
-        }
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    usleep((useconds_t)((now.tv_nsec / 1000) % 20000));
-}
-"""
 
 
 def peak(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -98,18 +80,10 @@ def test_the_vendor_figure_is_in_the_study(tmp_path):
     assert stability["min_gflops"] <= stability["median_gflops"] <= stability["max_gflops"]
 
 
-def _sleepy_catalog(folder: Path) -> Path:
-    seed = folder / "seeds" / "sleepy"
-    seed.mkdir(parents=True)
-    spec = (SEEDS / "matmul" / "spec.toml").read_text()
-    seed.joinpath("spec.toml").write_text(spec.replace('name = "matmul"', 'name = "sleepy"', 1))
-    seed.joinpath("naive.c").write_text(SLEEPY_C)
-    shutil.copy(SEEDS / "matmul" / "naive.cu", seed / "naive.cu")
-    return folder
 
 
 def test_a_noisy_kernel_is_flagged_and_not_cached(tmp_path):
-    catalog = _sleepy_catalog(tmp_path / "catalog")
+    catalog = one_seed_catalog(tmp_path / "catalog", "sleepy", SLEEPY_C)
     results = tmp_path / "results"
     args = ["--kernel", "sleepy", "--catalog", str(catalog), "--size", "32", "--trials", "1",
             "--json", "--results", str(results)]
