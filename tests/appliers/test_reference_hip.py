@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -165,25 +166,29 @@ def test_split_k_hands_over_with_the_platforms_own_fences(seed, catalog, mi250):
 
 def _amd_builds(context: KernelContext, tmp_path: Path) -> list[dict[str, int]]:
     """Code objects for gfx90a and gfx942 at the first and last legal points, fp32 and
-    fp16; their resources. A point the backend prunes from its resources is fine (that
-    is the pruning); one that fails to compile is not."""
-    found = []
+    fp16 (two clang processes at once); their resources. A point the backend prunes from
+    its resources is fine (that is the pruning); one that fails to compile is not."""
+    jobs = []
     for device in ("mi250", "mi300x"):
         profile = load_device(DEVICES / f"{device}.toml")
-        backend = HipBackend(profile)
         for end in (0, -1):
             values = tuning_point(context, end, profile)
-            for dtype in ("float32", "float16"):
-                try:
-                    artifact = backend.compile(context, values, dtype, str(tmp_path))
-                except InvalidPoint as exc:
-                    assert "spilled" in str(exc) or "LDS" in str(exc), exc
-                    continue
-                resources = dict(artifact.resources)
-                assert 0 < resources["vgprs"] <= 512 and resources["wavefront_size"] == 64
-                assert resources["lds_bytes"] <= 64 * 1024
-                assert 1 <= resources["occupancy_waves"] <= 8
-                found.append(resources)
+            jobs += [(HipBackend(profile), values, dtype) for dtype in ("float32", "float16")]
+
+    def build(job: tuple[HipBackend, dict[str, int], str]) -> dict[str, int] | None:
+        backend, values, dtype = job
+        try:
+            return dict(backend.compile(context, values, dtype, str(tmp_path)).resources)
+        except InvalidPoint as exc:
+            assert "spilled" in str(exc) or "LDS" in str(exc), exc
+            return None
+
+    with ThreadPoolExecutor(2) as pool:
+        found = [r for r in pool.map(build, jobs) if r is not None]
+    for resources in found:
+        assert 0 < resources["vgprs"] <= 512 and resources["wavefront_size"] == 64
+        assert resources["lds_bytes"] <= 64 * 1024
+        assert 1 <= resources["occupancy_waves"] <= 8
     return found
 
 
