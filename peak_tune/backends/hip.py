@@ -132,8 +132,8 @@ class HipBackend:
             seen = f" (it shows {', '.join(sorted(set(gpus)))})" if gpus else ""
             raise BackendUnavailable(
                 f"no AMD GPU of the {self._profile.name} kind ({self._arch}) is visible "
-                f"here{seen}: run where ROCm sees one, or on a Ray cluster that has one "
-                "(--ray-address); `peak-tune dry-run` compiles and checks the space here")
+                f"here{seen}: run where ROCm sees one; `peak-tune dry-run --device "
+                f"{self._profile.name}` compiles and checks the space here")
         raise BackendUnavailable(
             f"an AMD GPU ({self._arch}) is here, but this version cannot run kernels on "
             "AMD GPUs yet (it compiles and checks them: `peak-tune dry-run`)")
