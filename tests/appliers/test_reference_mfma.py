@@ -18,6 +18,7 @@ import dataclasses
 import shutil
 import subprocess
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -256,25 +257,31 @@ def test_mfma_variants_compile_to_matrix_instructions(sequence, seed, catalog, m
     MFMA instruction of the element type, 16 accumulators per tile in AGPRs or VGPRs
     within the unified file, no spills. A point pruned for its resources is fine."""
     context = _variant(sequence, seed, catalog, mi250)
-    built = 0
+    jobs = []
     for device in ("mi250", "mi300x"):
         profile = load_device(DEVICES / f"{device}.toml")
         for end in (0, -1):
             values = tuning_point(context, end, profile)
-            tiles = (values["BLOCK_M"] // (32 * values["WAVES_M"])
-                     * (values["BLOCK_N"] // (32 * values["WAVES_N"])))
-            for dtype in ("float16", "float32"):
-                try:
-                    resources = _amd_build(context, values, dtype, device, tmp_path)
-                except InvalidPoint as exc:
-                    assert "spilled" in str(exc) or "LDS" in str(exc), exc
-                    continue
-                assert resources["agprs"] <= int(profile.facts["max_agprs"])
-                assert 16 * tiles <= resources["vgprs"] <= 512  # VGPRs + AGPRs together
-                assert resources["vgpr_spills"] == resources["sgpr_spills"] == 0
-                assert resources["max_threads_per_block"] == 64 * values["WAVES_M"] * \
-                    values["WAVES_N"]  # __launch_bounds__(PT_THREADS)
-                built += 1
+            jobs += [(device, profile, values, dtype) for dtype in ("float16", "float32")]
+
+    def build(job: tuple[str, DeviceProfile, dict[str, int], str]) -> bool:
+        device, profile, values, dtype = job
+        tiles = (values["BLOCK_M"] // (32 * values["WAVES_M"])
+                 * (values["BLOCK_N"] // (32 * values["WAVES_N"])))
+        try:
+            resources = _amd_build(context, values, dtype, device, tmp_path)
+        except InvalidPoint as exc:
+            assert "spilled" in str(exc) or "LDS" in str(exc), exc
+            return False
+        assert resources["agprs"] <= int(profile.facts["max_agprs"])
+        assert 16 * tiles <= resources["vgprs"] <= 512  # VGPRs + AGPRs together
+        assert resources["vgpr_spills"] == resources["sgpr_spills"] == 0
+        assert resources["max_threads_per_block"] == 64 * values["WAVES_M"] * \
+            values["WAVES_N"]  # __launch_bounds__(PT_THREADS)
+        return True
+
+    with ThreadPoolExecutor(2) as pool:  # two clang processes at once
+        built = sum(pool.map(build, jobs))
     assert built >= 4
 
 
