@@ -35,9 +35,10 @@ from peak_tune.backends._cuda_launch import (
     geometry_fits,
     tensor_map_boxes,
 )
+from peak_tune.backends._files import built_or_reused
 from peak_tune.backends._ncu import ProfileReport, find_cuda_tool, profile_request
 from peak_tune.backends._nvrtc import include_dir, nvrtc_version
-from peak_tune.backends._nvrtc_process import build_cubin, write_atomically
+from peak_tune.backends._nvrtc_process import build_cubin
 from peak_tune.backends._wire import (
     config_to_wire,
     macro_flags,
@@ -176,20 +177,13 @@ class CudaBackend:
                     "params": sorted(params.items()), "nvrtc": version}
         identity.update(self._language_identity())
         key = stable_hash(identity)
-        build = Path(build_dir).absolute()
-        build.mkdir(parents=True, exist_ok=True)
-        cubin, sidecar = build / f"{key}.cubin", build / f"{key}.json"
-        if cubin.exists() and sidecar.exists():
-            record = json.loads(sidecar.read_text())
-            artifact = Artifact(str(cubin), key, log=record["log"], reused=True,
-                                resources=record["resources"])
-        else:
+
+        def build(cubin: Path) -> tuple[str, dict[str, int]]:
             headers = [*self._language_includes(), *([include_dir()] if include_dir() else [])]
-            log, resources = build_cubin(
-                context.source, [*options, *(f"-I{h}" for h in headers)],
-                f"{key}.cu", context.entry, cubin, time_limit_s)
-            write_atomically(sidecar, json.dumps({"log": log, "resources": resources}).encode())
-            artifact = Artifact(str(cubin), key, log=log, resources=resources)
+            return build_cubin(context.source, [*options, *(f"-I{h}" for h in headers)],
+                               f"{key}.cu", context.entry, cubin, time_limit_s)
+
+        artifact = built_or_reused(build_dir, key, ".cubin", build)
         self._check_resources(context, params, artifact)
         return artifact
 

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
 from peak_tune.backends import _hip_amd
 from peak_tune.backends._cuda_launch import check_launch, evaluate_launch, geometry_fits
-from peak_tune.backends._files import write_atomically
+from peak_tune.backends._files import built_or_reused
 from peak_tune.backends._wire import macro_flags
 from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend
@@ -160,20 +159,15 @@ class HipBackend:
         toolchain = _hip_amd.find_toolchain()
         key = stable_hash({"context": context.content_hash(), "arch": self._arch,
                            "defines": sorted(defines.items()), "clang": toolchain.version})
-        build = Path(build_dir).absolute()
-        build.mkdir(parents=True, exist_ok=True)
-        code_object, sidecar = build / f"{key}.co", build / f"{key}.json"
-        if code_object.exists() and sidecar.exists():
-            record = json.loads(sidecar.read_text())
-            artifact = Artifact(str(code_object), key, log=record["log"], reused=True,
-                                resources=record["resources"])
-        else:
+
+        def build(code_object: Path) -> tuple[str, dict[str, int]]:
             log = _hip_amd.compile_code_object(context.source, self._arch, defines,
                                                code_object, time_limit_s)
             resources = _hip_amd.kernel_resources(toolchain, code_object, context.entry)
             resources["occupancy_waves"] = _hip_amd.occupancy(resources, self._arch)
-            write_atomically(sidecar, json.dumps({"log": log, "resources": resources}))
-            artifact = Artifact(str(code_object), key, log=log, resources=resources)
+            return log, resources
+
+        artifact = built_or_reused(build_dir, key, ".co", build)
         self._check_block(context, params, artifact.resources)
         return artifact
 
