@@ -94,7 +94,7 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)],
                           capture_output=True, text=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        pytest.skip(reason=f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
         yield folder
     finally:

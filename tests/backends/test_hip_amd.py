@@ -45,7 +45,7 @@ pytestmark = pytest.mark.hip
 try:
     TOOLCHAIN = find_toolchain()
 except BackendUnavailable as exc:
-    pytest.skip(f"needs clang for AMD GPUs: {exc}", allow_module_level=True)
+    pytest.skip(reason=f"needs clang for AMD GPUs: {exc}", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "hip"
