@@ -6,6 +6,9 @@ check sizes, validation and timed runs, as in a search; numpy is timed the same 
 Builds are left out, so what is measured is the harness: inputs, checks, isolation and
 the runs themselves. For a before/after, run it from each tree's root in turn, on a quiet
 machine (`--label`); it writes JSON to $OUT (or ./results) and prints one line.
+`--builds` compiles each variant afresh before its evaluation, as a search does (the
+harness then does the next evaluation's work that needs no kernel while gcc runs), and
+times the evaluations alone.
 
     python3 benchmarks/c_harness_throughput.py --size 512 --evaluations 40 --label after
 """
@@ -46,6 +49,8 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--evaluations", type=int, default=40)
     parser.add_argument("--label", default="after")
+    parser.add_argument("--builds", action="store_true",
+                        help="a fresh build before every evaluation (timed apart)")
     args = parser.parse_args()
     backend = CBackend(load_device(ROOT / "backends" / "devices" / "cpu.toml"))
     device = backend.probe()  # the host's facts (vector width, cores) filled in
@@ -71,12 +76,19 @@ def main() -> int:
                                                  spec.check_sizes, config)))
         backend.evaluate(*points[0])  # worker start, first arenas
         gflops = []
-        started = time.perf_counter()
+        elapsed = built = 0.0
         for index in range(args.evaluations):
-            gflops.append(backend.evaluate(*points[index % len(points)]).gflops)
-        elapsed = time.perf_counter() - started
+            artifact, request = points[index % len(points)]
+            if args.builds:
+                started = time.perf_counter()
+                artifact = backend.compile(context, request.params, "float32",
+                                           tempfile.mkdtemp(dir=build))
+                built += time.perf_counter() - started
+            started = time.perf_counter()
+            gflops.append(backend.evaluate(artifact, request).gflops)
+            elapsed += time.perf_counter() - started
         vendor = backend.time_vendor(spec, "float32", size, config)[1].gflops
-    result.update(evaluations=args.evaluations, seconds=elapsed,
+    result.update(evaluations=args.evaluations, seconds=elapsed, build_seconds=built,
                   evaluations_per_s=args.evaluations / elapsed,
                   kernel_gflops_median=statistics.median(gflops), vendor_gflops=vendor,
                   load_average=os.getloadavg()[0])

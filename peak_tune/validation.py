@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -204,22 +204,33 @@ class Problem:
         return [arrays[a.name] if a.kind == "buffer" else self.scalars[a.name]
                 for a in self.spec.args]
 
-    def poison_outputs(self, rng: np.random.Generator | None = None) -> None:
-        """Fill outputs with random values (inout buffers get their original values back);
-        the values are kept in `poison` to tell unwritten elements."""
-        rng = rng if rng is not None else np.random.default_rng(self.seed)
-        for buffer in self.outputs:
-            if buffer.arg.intent == "inout":
-                buffer.array[...] = self.originals[buffer.arg.name]
-                continue
-            values = random_poison(rng, buffer.count, buffer.storage.dtype).reshape(
-                buffer.shape)
-            buffer.array[...] = values
-            self.poison[buffer.arg.name] = values
-
     def refill(self, seed: int) -> Problem:
         """The same buffers with new inputs from `seed` and fresh poison."""
-        return _fill(self.spec, self.size, self.dtype, seed, self.buffers, self.scalars)
+        problem = self.drawn(seed)
+        problem.write()
+        return problem
+
+    def drawn(self, seed: int) -> Problem:
+        """The same buffers with new inputs and poison from `seed`, not yet written to
+        them (`write`): the judge draws ahead, while nothing is timed, and writes just
+        before the run."""
+        rng = np.random.default_rng(seed)
+        originals = {b.arg.name: _initial_values(self.spec, b.arg, b.shape, b.storage.dtype,
+                                                 rng)
+                     for b in self.buffers if b.arg.intent in ("in", "inout")}
+        poison = {b.arg.name: random_poison(rng, b.count, b.storage.dtype).reshape(b.shape)
+                  for b in self.outputs if b.arg.intent == "out"}
+        return replace(self, originals=originals, seed=seed, poison=poison)
+
+    def write(self) -> None:
+        """Put the inputs into the buffers and poison the outputs (inout buffers get
+        their original values)."""
+        for buffer in self.buffers:
+            name = buffer.arg.name
+            if name in self.originals:
+                buffer.array[...] = self.originals[name]
+            elif name in self.poison:
+                buffer.array[...] = self.poison[name]
 
 
 def make_problem(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int,
@@ -242,16 +253,7 @@ def make_problem(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int,
 
 def _fill(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int,
           buffers: tuple[GuardedBuffer, ...], scalars: Mapping[str, int]) -> Problem:
-    rng = np.random.default_rng(seed)
-    originals: dict[str, np.ndarray] = {}
-    for buffer in buffers:
-        if buffer.arg.intent in ("in", "inout"):
-            values = _initial_values(spec, buffer.arg, buffer.shape, buffer.storage.dtype, rng)
-            buffer.array[...] = values
-            originals[buffer.arg.name] = values
-    problem = Problem(spec, size, dtype, buffers, dict(scalars), originals, seed)
-    problem.poison_outputs(rng)
-    return problem
+    return Problem(spec, size, dtype, buffers, dict(scalars), {}).refill(seed)
 
 
 def storage_bytes(spec: KernelSpec, size: ProblemSize, dtype: str) -> list[int]:

@@ -10,7 +10,8 @@ import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 from peak_tune.backends.base import over_budget_message
 from peak_tune.errors import (
@@ -29,21 +30,24 @@ __all__ = ["FaultPattern", "environment_fault_of", "first_error", "kill_group",
            "run_compiler", "run_process_group"]
 
 FaultPattern = tuple[re.Pattern[str], str]  # a compiler's own line for a machine fault
+WorkAhead = Callable[[], bool]  # one piece of other work; False when none is left
 _ERROR_LINE = re.compile(r"^.*?:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$")
 
 
 def run_compiler(command: list[str], time_limit_s: float = 0.0, *, hang_limit_s: float,
                  env: Mapping[str, str] | None = None,
-                 faults: Sequence[FaultPattern] = ()) -> str:
+                 faults: Sequence[FaultPattern] = (),
+                 while_waiting: WorkAhead | None = None) -> str:
     """Run the compiler; its log, or CompileError naming the first error (BuildOverBudget
     when it outlasts a `time_limit_s` shorter than `hang_limit_s`; EnvironmentFault when
     the disk or memory ran out or the compiler was killed; `faults` adds the compiler's
-    own words for those). `env`: variables set for it beside the environment's."""
+    own words for those). `env`: variables set for it beside the environment's;
+    `while_waiting`: work done while it runs (see run_process_group)."""
     shown = "$ " + shlex.join(command) + "\n"
     budget = 0 < time_limit_s < hang_limit_s
     try:
         returncode, log = run_process_group(
-            command, time_limit_s if budget else hang_limit_s, env)
+            command, time_limit_s if budget else hang_limit_s, env, while_waiting)
     except subprocess.TimeoutExpired as exc:
         if budget:
             raise BuildOverBudget(over_budget_message(time_limit_s)) from None
@@ -62,16 +66,23 @@ def run_compiler(command: list[str], time_limit_s: float = 0.0, *, hang_limit_s:
 
 
 def run_process_group(command: list[str], timeout_s: float,
-                      env: Mapping[str, str] | None = None) -> tuple[int, str]:
+                      env: Mapping[str, str] | None = None,
+                      while_waiting: WorkAhead | None = None) -> tuple[int, str]:
     """(exit status, stdout and stderr) of `command`, run in a session of its own: the
     first Ctrl-C at a terminal lets the trial finish, so it must not kill the compiler and
     make the trial a compile error. Past `timeout_s` (or on any exception here) the whole
-    process group is killed: gcc alone would leave its cc1 running at 100% of a core."""
+    process group is killed: gcc alone would leave its cc1 running at 100% of a core.
+    `while_waiting` is called, one short piece of work a call, while the command runs and
+    it returns True (the compiler takes one core; the other would idle)."""
+    started = time.monotonic()
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env={**os.environ, "LC_ALL": "C", **(env or {})},  # plain ASCII
                           start_new_session=True) as process:
         try:
-            out, err = process.communicate(timeout=timeout_s)
+            while while_waiting is not None and process.poll() is None and while_waiting():
+                pass
+            remaining = max(timeout_s - (time.monotonic() - started), 1e-3)
+            out, err = process.communicate(timeout=remaining)
         except BaseException:
             kill_group(process.pid)  # before the leader is reaped: its id is still ours
             process.communicate()

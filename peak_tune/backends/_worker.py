@@ -215,6 +215,20 @@ class WorkerProcess:
         if self._fork_jobs:
             self.job_pid = int(self.call({"op": "begin"}, timeout_s)["pid"])
 
+    def job_ready(self) -> bool:
+        """Whether a job forked ahead (begin_job) is there for the next requests. One that
+        ended meanwhile, with nothing of a kernel's run in it, is forgotten: False."""
+        if not self._fork_jobs or self.job_pid < 0 or not self.running:
+            return False
+        if self._readable(self._control_fd) or isolation.stopped(self.job_pid) is None:
+            try:
+                self._control_report(time.monotonic() + _STOP_WAIT_S)
+            except (_Expired, _Died):
+                self.stop()
+            self.job_pid = -1
+            return False
+        return True
+
     def end_job(self, timeout_s: float) -> None:
         """End the job: the worker reports how it ended and what it left, which it has
         killed; a reply still on the pipe is the job's forgery. HarnessBreach for either."""

@@ -192,7 +192,8 @@ class CBackend:
                 write_atomically(source, text)
                 with self._calls:  # never beside a timing on this CPU (an LLM's check)
                     log = run_compiler([*compiler, "-o", str(built), str(source), *_LIBS],
-                                       time_limit_s, hang_limit_s=COMPILE_TIMEOUT_S)
+                                       time_limit_s, hang_limit_s=COMPILE_TIMEOUT_S,
+                                       while_waiting=self._judge.work_ahead)
                 put_atomically(library.with_suffix(".c"),
                                lambda temporary: shutil.copy(source, temporary))
                 put_atomically(library, lambda temporary: shutil.copy(built, temporary))

@@ -19,6 +19,12 @@ own clock as well. So:
 - after every reply, and at the end of the job, the processes the kernel started are
   looked for under the worker (isolation): one found fails the evaluation, and the
   worker kills them all.
+
+Work that needs no kernel is done ahead where the backend has a core to spare (while its
+compiler builds the next variant: `work_ahead`): the next evaluation's job is forked, and
+the timed runs' inputs, poison and projections are drawn from secret seeds into the
+tuner's own memory, to be written into the arena only while the job is stopped, just
+before their run. The kernel can see them no earlier than when drawn inline.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import ctypes
 import logging
 import statistics
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +45,12 @@ from threadpoolctl import threadpool_limits
 from peak_tune.backends._wire import Timing, spec_to_wire
 from peak_tune.backends._worker import WorkerProcess
 from peak_tune.core import KernelSpec, ProblemSize
-from peak_tune.errors import KernelCrash, KernelTimeout, WrongResult
+from peak_tune.errors import EvaluationError, KernelCrash, KernelTimeout, WrongResult
 from peak_tune.harness.arena import Arena
 from peak_tune.harness.values import secret_seed
 from peak_tune.validation import (
     Problem,
+    Projection,
     check_outputs,
     check_projected,
     compute_expected,
@@ -102,6 +110,17 @@ def _flush_bytes() -> int:
     return min(max(largest * 3 // 2, _FLUSH_MIN_BYTES), _FLUSH_MAX_BYTES)
 
 
+_Key = tuple[Any, ...]  # (spec name, spec args, size, dtype)
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """One timed run's inputs and poison (not yet written) and its projections."""
+
+    problem: Problem
+    projections: tuple[Projection, ...] | None
+
+
 @dataclass
 class _Kept:
     """One (spec, size, dtype)'s buffers in their arena, refilled for every run."""
@@ -132,8 +151,33 @@ class HostJudge:
         self._kept: dict[tuple[Any, ...], _Kept] = {}
         self._flusher: CacheFlusher | None = None
         self._prepared: set[str] = set()  # arenas this evaluation's job has bound its call to
+        self._ahead: deque[_Drawn] = deque()  # drawn for `_ahead_key`'s timed runs
+        self._ahead_key: _Key | None = None  # the last problem timed
+        self._ahead_count = 0  # its timed runs
+        self._ahead_timeout_s = 0.0
+
+    def work_ahead(self) -> bool:
+        """Do one piece of the next evaluation's work that needs no kernel (see the module
+        docstring); False when there is none left. For the time a compiler runs."""
+        if self._ahead_key is None or not self._worker.running:
+            return False
+        if self._worker.job_pid < 0:
+            try:
+                self._worker.begin_job(self._ahead_timeout_s)
+            except EvaluationError:  # no kernel's fault: the next evaluation starts afresh
+                self._worker.stop()
+                return False
+            return True
+        if len(self._ahead) >= self._ahead_count:
+            return False
+        kept = self._kept.get(self._ahead_key)
+        if kept is None:
+            return False
+        self._ahead.append(_draw(kept, flush=True))
+        return True
 
     def close(self) -> None:
+        self._ahead.clear()
         for kept in self._kept.values():
             kept.arena.close()
         self._kept.clear()
@@ -147,13 +191,15 @@ class HostJudge:
         blas = threadpool_limits(limits=1, user_api="blas")  # none spinning beside a run
         self._prepared.clear()  # a new job
         try:
-            self._worker.begin_job(timeout_s)
+            if not self._worker.job_ready():  # none forked ahead, or it has gone
+                self._worker.begin_job(timeout_s)
             for check in check_sizes:
                 self._run(spec, check, dtype, target, deadline, project=False)
             one_run_ms, _ = self._run(spec, size, dtype, target, deadline)
             reported: list[float] = []
             seen: list[float] = []
             count = timing.repeat_count(one_run_ms)
+            self._plan_ahead(_key(spec, size, dtype), count, timeout_s)
             while len(reported) < count:
                 run = self._run(spec, size, dtype, target, deadline, flush=True)
                 reported.append(run[0])
@@ -176,6 +222,20 @@ class HostJudge:
             return seen
         return reported
 
+    def _plan_ahead(self, key: _Key, count: int, timeout_s: float) -> None:
+        if key != self._ahead_key:
+            self._ahead.clear()
+        self._ahead_key, self._ahead_count, self._ahead_timeout_s = key, count, timeout_s
+
+    def _drawn(self, kept: _Kept, key: _Key, project: bool, flush: bool) -> _Drawn:
+        """This run's inputs: drawn ahead for a timed run where there are, else now."""
+        if flush and project and self._ahead and key == self._ahead_key:
+            drawn = self._ahead.popleft()
+            if drawn.problem.buffers is kept.problem.buffers:
+                return drawn
+            self._ahead.clear()  # drawn for an arena since closed
+        return _draw(kept, flush, project)
+
     @staticmethod
     def _remaining(deadline: float) -> float:
         remaining = deadline - time.monotonic()
@@ -192,7 +252,8 @@ class HostJudge:
              flush: bool = False) -> tuple[float, float]:
         """One run on fresh inputs, judged; its duration in ms as the worker reported it
         and as the judge saw it."""
-        kept = self._problem(spec, size, dtype)
+        key = _key(spec, size, dtype)
+        kept = self._problem(key, spec, size, dtype)
         if kept.arena.path not in self._prepared:  # once per size and job
             request = {"op": "prepare", "arena": kept.arena.path, "regions": kept.layout,
                        "spec": spec_to_wire(spec), "dtype": dtype, "size": size.as_dict(),
@@ -201,12 +262,10 @@ class HostJudge:
             self._worker.call(request, self._remaining(deadline))
             self._prepared.add(kept.arena.path)
             self._worker.pause()  # the inputs are written while no thread of the job runs
-        problem = kept.problem.refill(secret_seed())
-        if project and projectable(spec):  # timed runs: one side each, at random
-            projections = project_expected(problem, secret_seed(), one_side=flush)
-            expected = None
-        else:
-            expected = compute_expected(problem)
+        drawn = self._drawn(kept, key, project, flush)
+        problem, projections = drawn.problem, drawn.projections
+        problem.write()
+        expected = compute_expected(problem) if projections is None else None
         if flush:
             if self._flusher is None:
                 self._flusher = CacheFlusher()
@@ -218,13 +277,13 @@ class HostJudge:
         self._worker.pause()  # until the next request: nothing runs while we judge and
         with np.errstate(all="ignore"):
             if expected is None:  # write the next inputs
+                assert projections is not None
                 check_projected(problem, projections)
             else:
                 check_outputs(problem, expected)
         return reported_ms, max(seen_ms, 0.0)
 
-    def _problem(self, spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:
-        key = (spec.name, spec.args, size.values, dtype)
+    def _problem(self, key: _Key, spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:
         kept = self._kept.pop(key, None)
         if kept is None:
             kept = _arena_problem(spec, size, dtype)
@@ -232,6 +291,20 @@ class HostJudge:
                 self._kept.pop(next(iter(self._kept))).arena.close()
         self._kept[key] = kept  # most recent last
         return kept
+
+
+def _key(spec: KernelSpec, size: ProblemSize, dtype: str) -> _Key:
+    return (spec.name, spec.args, size.values, dtype)
+
+
+def _draw(kept: _Kept, flush: bool, project: bool = True) -> _Drawn:
+    """New inputs and poison from a secret seed, and the projections that will judge
+    the run (timed runs: one side each, at random); None where the output is checked
+    in full."""
+    problem = kept.problem.drawn(secret_seed())
+    if project and projectable(problem.spec):
+        return _Drawn(problem, project_expected(problem, secret_seed(), one_side=flush))
+    return _Drawn(problem, None)
 
 
 def _arena_problem(spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:

@@ -373,3 +373,67 @@ def test_compiler_never_runs_beside_a_timing(
     ended["compile"] = time.perf_counter()
     timer.join()
     assert ended["compile"] > ended["timing"]
+
+
+# ---------------------------------------------------------------- work done while gcc builds
+
+# Right for its first three calls in a process (the job's two check sizes and the
+# untimed run at the size), then it skips the last K iteration: every timed run is wrong.
+WRONG_WHEN_TIMED = """\
+static int calls;
+void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
+    int skip = ++calls > 3;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            DTYPE acc = 0;
+            for (int k = 0; k < K - skip; k++) acc += A[i * K + k] * B[k * N + j];
+            C[i * N + j] = acc;
+        }
+}
+"""
+
+
+def _children(pid: int) -> list[int]:
+    return [int(child) for task in Path(f"/proc/{pid}/task").glob("*/children")
+            for child in task.read_text().split()]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_build_forks_the_next_job_and_a_job_gone_meanwhile_is_no_crash(
+    cpu: DeviceProfile, spec: KernelSpec, tmp_path: Path
+) -> None:
+    """While gcc builds, the judge forks the next evaluation's job (the compiler has one
+    core, the other would idle). A job that is gone by the evaluation (killed from
+    outside, with no kernel run in it) is replaced: the variant is not called a crash."""
+    seed = spec.sources["c"]
+    with CBackend(cpu) as backend:
+        first = backend.compile(context_of(seed), {}, "float32", str(tmp_path))
+        backend.evaluate(first, request_for(spec, context_of(seed)))
+        (worker,) = _workers(os.getpid())
+        assert _children(worker) == []  # the job ends with its evaluation
+        other = context_of(seed + "\n/* another variant */\n")
+        built = backend.compile(other, {}, "float32", str(tmp_path))
+        (job,) = _children(worker)  # forked during the build, waiting for its kernel
+        os.kill(job, 9)
+        assert _wait_for(lambda: not _alive(job), 5.0)
+        measurement = backend.evaluate(built, request_for(spec, other))
+        assert len(measurement.samples_ms) == CONFIG.repeats
+
+
+def test_timed_runs_drawn_during_a_build_are_still_judged(
+    cpu: DeviceProfile, spec: KernelSpec, tmp_path: Path
+) -> None:
+    """The timed runs' inputs and projections drawn while gcc built the kernel judge its
+    runs as inline ones would: a kernel wrong only once it is timed fails."""
+    seed = spec.sources["c"]
+    with CBackend(cpu) as backend:
+        first = backend.compile(context_of(seed), {}, "float32", str(tmp_path))
+        backend.evaluate(first, request_for(spec, context_of(seed)))  # what to draw for
+        wrong = context_of(WRONG_WHEN_TIMED)
+        artifact = backend.compile(wrong, {}, "float32", str(tmp_path))
+        with pytest.raises(WrongResult, match="wrong result at 128x128x128"):
+            backend.evaluate(artifact, request_for(spec, wrong))
+        # the next variant after the failure is judged on fresh arenas, and passes
+        again = context_of(seed + "\n/* once more */\n")
+        built = backend.compile(again, {}, "float32", str(tmp_path))
+        assert backend.evaluate(built, request_for(spec, again)).gflops > 0
