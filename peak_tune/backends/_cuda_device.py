@@ -98,7 +98,9 @@ def cupy_module() -> Any:
         state.stream = cupy.cuda.Stream(non_blocking=True)
         flush_bytes = max(2 * int(props["l2CacheSize"]), _MIN_FLUSH_BYTES)
         state.flush = cupy.empty(flush_bytes, np.uint8)
-        state.shared_limit = int(props["sharedMemPerBlockOptin"])
+        # ROCm's properties may lack the opt-in figure: a block's LDS is the limit there
+        state.shared_limit = int(props.get("sharedMemPerBlockOptin")
+                                 or props["sharedMemPerBlock"])
         state.seed_base = secret_seed()
         state.cp = cupy
     return state.cp

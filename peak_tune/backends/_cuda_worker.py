@@ -1,13 +1,15 @@
-"""The CUDA backend's evaluation worker (a child process; see peak_tune.backends._worker).
+"""The GPU evaluation worker of the CUDA and HIP backends (a child process; see
+peak_tune.backends._worker).
 
 `python -m peak_tune.backends._cuda_worker --request-fd R --response-fd W` owns the
-process's CUDA context: it loads cubins with CuPy, validates kernels against the float64
-reference (kept on the device per seed: peak_tune.backends._cuda_check) and times them
-with CUDA events (peak_tune.backends._cuda_device); cuBLAS, the vendor baseline, runs
-here too, through the same code. A fault that corrupts the context
-(illegal address, trap) is reported as a KernelCrash and the parent replaces this
-process; a hang is killed there. `--one-shot FILE` validates one request once and exits
-(run under compute-sanitizer).
+process's GPU context through CuPy, which runs on CUDA or, in its ROCm build, on HIP: it
+loads the compiled kernel (a cubin, or an AMD code object from clang), validates it
+against the float64 reference (kept on the device per seed: peak_tune.backends.
+_cuda_check) and times it with the runtime's events (peak_tune.backends._cuda_device);
+the vendor baseline, cuBLAS or, on ROCm, hipBLAS, runs here too, through the same code.
+A fault that corrupts the context (illegal address, trap) is reported as a KernelCrash
+and the parent replaces this process; a hang is killed there. `--one-shot FILE`
+validates one request once and exits (run under compute-sanitizer).
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ _CUBLAS_TYPES = {"float32": (0, 68, np.float32), "float16": (2, 68, np.float32),
 _CUBLAS_COMPUTE = {"float32": "fp32 in/out, CUBLAS_COMPUTE_32F (true SGEMM, TF32 off)",
                    "float16": "fp16 in/out, fp32 accumulation (CUBLAS_COMPUTE_32F)",
                    "float64": "fp64 in/out, CUBLAS_COMPUTE_64F"}
+# On ROCm, CuPy's gemmEx is hipblasGemmEx, whose compute type is a data type (the
+# accumulator's: fp32 for fp16 inputs) and whose algorithm must be the default.
+_HIPBLAS_COMPUTE_TYPES = {"float32": 0, "float16": 0, "float64": 1}
+_HIPBLAS_COMPUTE = {"float32": "fp32 in/out, fp32 compute",
+                    "float16": "fp16 in/out, fp32 compute",
+                    "float64": "fp64 in/out, fp64 compute"}
+_AMDGPU_VERSION = Path("/sys/module/amdgpu/version")
 _WRONG_RESULT_STATUS = 3  # --one-shot's exit status for a wrong result
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
@@ -73,8 +82,11 @@ def _tainting(handler: Handler) -> Handler:
 # ---------------------------------------------------------------- device info
 
 
-def _driver_version() -> str:
+def _driver_version(hip: bool) -> str:
+    """The kernel driver's version: NVIDIA's module, or amdgpu's (ROCm's DKMS build)."""
     try:
+        if hip:
+            return _AMDGPU_VERSION.read_text().strip()
         text = Path("/proc/driver/nvidia/version").read_text()
     except OSError:
         return ""
@@ -82,36 +94,59 @@ def _driver_version() -> str:
     return found.group(1) if found else ""
 
 
+def _runtime_label(version: int, hip: bool) -> str:
+    """CUDA's 12040 -> "12.4"; HIP's 60032830 (major * 10**7 + minor * 10**5 + patch)
+    -> "6.0"."""
+    if hip:
+        return f"{version // 10_000_000}.{version // 100_000 % 100}"
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
 def _info(request: dict[str, Any]) -> dict[str, Any]:
-    """What the parent's probe needs; {"available": False, "reason": ...} without a GPU."""
+    """What the parent's probe needs; {"available": False, "reason": ...} without a GPU.
+    "platform" is "hip" under CuPy's ROCm build, with the GPU's gfx target as "arch"."""
     try:
         import cupy
     except Exception as exc:
         return {"available": False, "reason": f"cupy cannot be imported: {exc}"}
+    hip = bool(getattr(cupy.cuda.runtime, "is_hip", False))
     try:
         count = cupy.cuda.runtime.getDeviceCount()
         if count == 0:
-            return {"available": False, "reason": "no CUDA device is visible"}
+            return {"available": False,
+                    "reason": f"no {'HIP' if hip else 'CUDA'} device is visible"}
         props = cupy.cuda.runtime.getDeviceProperties(0)
         driver_api = cupy.cuda.runtime.driverGetVersion()
         runtime_api = cupy.cuda.runtime.runtimeGetVersion()
         cupy_module()
     except Exception as exc:
         return {"available": False, "reason": str(exc).splitlines()[0]}
-    name = props["name"]
+    name = _text(props["name"])
+    arch = _text(props.get("gcnArchName", b"")).split(":")[0] if hip else ""
     return {
         "available": True,
-        "name": name.decode() if isinstance(name, bytes) else str(name),
+        "platform": "hip" if hip else "cuda",
+        "name": name,
+        "arch": arch or f"sm_{props['major']}{props['minor']}",
         "compute_capability": f"{props['major']}{props['minor']}",
-        "driver": _driver_version(),
-        "driver_cuda": f"{driver_api // 1000}.{driver_api % 1000 // 10}",
-        "runtime_cuda": f"{runtime_api // 1000}.{runtime_api % 1000 // 10}",
+        "driver": _driver_version(hip),
+        "driver_cuda": _runtime_label(driver_api, hip),
+        "runtime_cuda": _runtime_label(runtime_api, hip),
         "cupy": cupy.__version__,
         "sms": int(props["multiProcessorCount"]),
         "l2_bytes": int(props["l2CacheSize"]),
-        "shared_optin_bytes": int(props["sharedMemPerBlockOptin"]),
+        "shared_optin_bytes": int(props.get("sharedMemPerBlockOptin")
+                                  or props["sharedMemPerBlock"]),
         "memory_bytes": int(props["totalGlobalMem"]),
     }
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _on_hip() -> bool:
+    return bool(getattr(cupy_module().cuda.runtime, "is_hip", False))
 
 
 # ---------------------------------------------------------------- kernels
@@ -201,7 +236,8 @@ def _cublas() -> tuple[Any, Any]:
             cublas = cp.cuda.cublas
 
         handle = cublas.create()
-        cublas.setMathMode(handle, 0)  # CUBLAS_DEFAULT_MATH
+        if not _on_hip():  # hipBLAS has no TF32 mode to keep off
+            cublas.setMathMode(handle, 0)  # CUBLAS_DEFAULT_MATH
         _cublas_handle.append((cublas, handle))
     return _cublas_handle[0]
 
@@ -212,13 +248,17 @@ def _cublas_binder(spec: KernelSpec, dtype: str) -> tuple[str, Binder]:
     ins = [a for a in spec.args if a.kind == "buffer" and a.intent == "in"]
     outs = [a for a in spec.args if a.kind == "buffer" and a.intent != "in"]
     if spec.name != "matmul" or len(ins) != 2 or len(outs) != 1:
-        raise UserError(f"the CUDA backend's vendor baseline is cuBLAS GEMM, for matmul only "
-                        f"(not {spec.name!r})")
+        raise UserError(f"the GPU backends' vendor baseline is cuBLAS or hipBLAS GEMM, for "
+                        f"matmul only (not {spec.name!r})")
     cublas, handle = _cublas()
     data_type, compute_type, scalar = _CUBLAS_TYPES[dtype]
     alpha, beta = np.ones(1, scalar), np.zeros(1, scalar)
-    major, rest = divmod(int(cublas.getVersion(handle)), 10000)
-    name = f"cuBLAS {major}.{rest // 100}.{rest % 100} gemmEx ({_CUBLAS_COMPUTE[dtype]})"
+    if _on_hip():
+        compute_type = _HIPBLAS_COMPUTE_TYPES[dtype]
+        name = f"hipBLAS gemmEx ({_HIPBLAS_COMPUTE[dtype]}; CuPy {cupy_module().__version__})"
+    else:
+        major, rest = divmod(int(cublas.getVersion(handle)), 10000)
+        name = f"cuBLAS {major}.{rest // 100}.{rest % 100} gemmEx ({_CUBLAS_COMPUTE[dtype]})"
 
     def bind(device: DeviceProblem) -> Call:
         m, k = (int(n) for n in device.shape(ins[0].name))

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +67,6 @@ _MODEL_CLOCK = re.compile(r"@\s*([0-9.]+)\s*GHz", re.IGNORECASE)
 _DTYPE_BITS = {"float64": 64, "float32": 32, "float16": 16, "bfloat16": 16}
 _OPENMP_PROBE = "#include <omp.h>\nint peak_tune_threads(void) { return omp_get_max_threads(); }\n"
 _WORKER_MODULE = "peak_tune.backends._c_worker"
-_BLAS_SETTLE_S = 0.3  # after timing numpy, let OpenBLAS's spinning threads go to sleep
 
 
 @dataclass(frozen=True)
@@ -222,8 +220,8 @@ class CBackend:
         self, spec: KernelSpec, dtype: str, size: ProblemSize, config: EvalConfig
     ) -> tuple[str, Measurement]:
         """numpy (its BLAS for matmul), timed and checked like a variant."""
+        # numpy runs in a job of its own, like a kernel: its BLAS threads end with it
         measurement = self._measure(spec, dtype, size, (), config, RunTarget(vendor=True))
-        time.sleep(_BLAS_SETTLE_S)
         if spec.name == "matmul":
             with self._calls:
                 name = f"numpy ({self._worker.call({'op': 'blas'}, 60.0)['name']})"

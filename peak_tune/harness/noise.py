@@ -112,7 +112,9 @@ def measure_steadily(measure: Callable[[], Measurement],
 class ForeignLoad:
     """CPU time that processes other than this one and its descendants used since it was
     made, in cores (Linux /proc: all CPUs' busy time, hypervisor steal included, less
-    this process tree's). 0 elsewhere and over windows too short to tell."""
+    this process tree's). 0 elsewhere. A window shorter than _FOREIGN_MIN_WINDOW_S (a
+    vendor timing at 512 takes about 0.1 s) is waited out to it: /proc's 10 ms ticks
+    say too little over less."""
 
     def __init__(self) -> None:
         self._started = time.monotonic()
@@ -120,10 +122,14 @@ class ForeignLoad:
         self._own = _own_tree_s()
 
     def cores(self) -> float:
+        if self._busy is None or self._own is None:
+            return 0.0
+        short = _FOREIGN_MIN_WINDOW_S - (time.monotonic() - self._started)
+        if short > 0:
+            time.sleep(short)
         elapsed = time.monotonic() - self._started
         busy, own = _machine_busy_s(), _own_tree_s()
-        if (elapsed < _FOREIGN_MIN_WINDOW_S or busy is None or own is None
-                or self._busy is None or self._own is None):
+        if busy is None or own is None:
             return 0.0
         return max(0.0, (busy - self._busy) - (own - self._own)) / elapsed
 
