@@ -96,8 +96,10 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"c_harness_throughput-{args.label}.json").write_text(json.dumps(result, indent=1))
     print(f"{args.label}: n = {args.size}, {result['evaluations_per_s']:.2f} evaluations/s "
-          f"over {args.evaluations} ({1e3 * elapsed / args.evaluations:.0f} ms each); "
-          f"kernel {result['kernel_gflops_median']:.1f} GFLOP/s, numpy {vendor:.1f}; "
+          f"over {args.evaluations} ({1e3 * elapsed / args.evaluations:.0f} ms each)"
+          + (f"; with builds {1e3 * (elapsed + built) / args.evaluations:.0f} ms each"
+             if args.builds else "") +
+          f"; kernel {result['kernel_gflops_median']:.1f} GFLOP/s, numpy {vendor:.1f}; "
           f"load {result['load_average']:.2f}")
     return 0
 

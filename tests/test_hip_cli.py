@@ -93,3 +93,38 @@ def test_dry_run_offers_mfma_on_amd_and_shows_its_matrix_accumulators(tmp_path):
     assert done.returncode == 0, done.stderr
     mfma = [p for p in json.loads(done.stdout)["points"] if "mfma" in p["sequence"]]
     assert mfma and all(p["outcome"] in ("ok", "pruned") for p in mfma)
+
+
+def _fake_topology(root: Path, version: str) -> Path:
+    (root / "1").mkdir(parents=True)
+    (root / "1" / "properties").write_text(f"gfx_target_version {version}\n")
+    return root
+
+
+def test_an_amd_gpu_without_cupys_rocm_build_names_what_to_install(tmp_path, monkeypatch):
+    """ROCm shows a gfx90a (a topology like the kernel driver's) but CuPy is not
+    installed: probe() says in one line what the HIP runtime needs."""
+    from peak_tune.backends import hip
+    from peak_tune.catalog.loaders import load_device
+
+    pytest.importorskip("numpy")
+    if __import__("importlib").util.find_spec("cupy") is not None:
+        pytest.skip(reason="CuPy is installed here (the GPU test checks its platform)")
+    monkeypatch.setattr(hip, "_KFD_NODES", _fake_topology(tmp_path / "nodes", "90010"))
+    root = Path(__file__).resolve().parents[1]
+    with hip.HipBackend(load_device(root / "backends" / "devices" / "mi250.toml")) as backend:
+        with pytest.raises(BackendUnavailable, match="CuPy built for ROCm.*cupy is not installed"):
+            backend.probe()
+    monkeypatch.setattr(hip, "_KFD_NODES", _fake_topology(tmp_path / "other", "90402"))
+    with hip.HipBackend(load_device(root / "backends" / "devices" / "mi250.toml")) as backend:
+        with pytest.raises(BackendUnavailable, match=r"no AMD GPU of the mi250 kind \(gfx90a\)"
+                                                     r" is visible here \(it shows gfx942\)"):
+            backend.probe()
+
+
+def test_hip_runtime_versions_read_as_rocm_writes_them():
+    from peak_tune.backends._cuda_worker import _runtime_label
+
+    assert _runtime_label(60032830, hip=True) == "6.0"  # ROCm 6.0.2's HIP_VERSION
+    assert _runtime_label(50422804, hip=True) == "5.4"
+    assert _runtime_label(12040, hip=False) == "12.4"

@@ -17,14 +17,12 @@ device cannot run (threads per block, shared memory) raises InvalidPoint: pruned
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import logging
 import re
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,16 +34,14 @@ from peak_tune.backends._cuda_launch import (
     tensor_map_boxes,
 )
 from peak_tune.backends._files import built_or_reused
+from peak_tune.backends._gpu_runner import WORKER_MODULE, GpuRunner, evaluation_message
 from peak_tune.backends._ncu import ProfileReport, find_cuda_tool, profile_request
 from peak_tune.backends._nvrtc import include_dir, nvrtc_version
 from peak_tune.backends._nvrtc_process import build_cubin
 from peak_tune.backends._wire import (
-    config_to_wire,
     macro_flags,
-    measurement_from_reply,
-    spec_to_wire,
 )
-from peak_tune.backends._worker import WorkerProcess, _child_env
+from peak_tune.backends._worker import _child_env
 from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
@@ -57,7 +53,7 @@ from peak_tune.errors import (
     WrongResult,
 )
 from peak_tune.expr import evaluate, names_in
-from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
+from peak_tune.validation import size_label
 
 __all__ = ["FLAGS", "HARNESS_VERSION", "CudaBackend", "profile_for_gpu", "visible_gpu"]
 
@@ -70,9 +66,6 @@ _CUDA_TYPES = {"float32": ("float", "float"), "float16": ("__half", "float"),
                "float64": ("double", "double")}
 _RESERVED_MACROS = {"DTYPE", "ACC"}
 _MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_WORKER_MODULE = "peak_tune.backends._cuda_worker"
-_STARTUP_TIMEOUT_S = 120.0  # a fresh worker: Python, CuPy, the CUDA context
-_SPEED_MARGIN = 1.1  # above this multiple of the device peak, a timing is impossible
 _SANITIZER_ERRORS = 99  # compute-sanitizer's exit status when it found errors
 _SANITIZER_TIMEOUT_S = 600.0
 _WRONG_RESULT_STATUS = 3  # the one-shot worker's exit status for a wrong result
@@ -92,9 +85,7 @@ class CudaBackend:
 
     def __init__(self, profile: DeviceProfile) -> None:
         self._profile = profile
-        self._device: dict[str, Any] | None = None
-        self._worker = WorkerProcess(_WORKER_MODULE)
-        self._calls = threading.RLock()  # one request to the worker at a time
+        self._runner = GpuRunner(profile, _UNAVAILABLE, self._check_device)
 
     def __enter__(self) -> CudaBackend:
         return self
@@ -128,32 +119,19 @@ class CudaBackend:
         return arch
 
     def _device_info(self) -> dict[str, Any]:
-        if self._device is None:
-            if importlib.util.find_spec("cupy") is None:
-                raise BackendUnavailable(_UNAVAILABLE.format(reason="cupy is not installed"))
-            info = self._start_worker()
-            wanted = self._arch().removeprefix("sm_").rstrip("a")
-            if info["compute_capability"] != wanted:
-                raise BackendUnavailable(
-                    f"this GPU is {info['name']} (sm_{info['compute_capability']}) but device "
-                    f"profile {self._profile.name!r} is for {self._arch()}: choose the "
-                    "profile of this GPU with --device")
-            self._device = info
-            _log.info("CUDA backend: %s, driver %s", info["name"], info["driver"])
-        return self._device
+        return self._runner.info()
 
-    def _start_worker(self) -> dict[str, Any]:
-        """A fresh worker with its CUDA context up, so kernel deadlines time kernels only."""
-        try:
-            self._worker.start()
-            info = self._worker.call({"op": "info"}, _STARTUP_TIMEOUT_S)
-        except (KernelCrash, KernelTimeout) as exc:
-            self._worker.stop()
-            raise BackendUnavailable(_UNAVAILABLE.format(reason=str(exc))) from exc
-        if not info.get("available"):
-            self._worker.stop()
-            raise BackendUnavailable(_UNAVAILABLE.format(reason=info.get("reason", "?")))
-        return info
+    def _check_device(self, info: Mapping[str, Any]) -> None:
+        if info.get("platform", "cuda") != "cuda":
+            raise BackendUnavailable(
+                f"this GPU is {info['name']} ({info.get('arch', '?')}), run through HIP: "
+                f"device profile {self._profile.name!r} is for an NVIDIA GPU")
+        wanted = self._arch().removeprefix("sm_").rstrip("a")
+        if info["compute_capability"] != wanted:
+            raise BackendUnavailable(
+                f"this GPU is {info['name']} (sm_{info['compute_capability']}) but device "
+                f"profile {self._profile.name!r} is for {self._arch()}: choose the "
+                "profile of this GPU with --device")
 
     # ------------------------------------------------------------ compile
 
@@ -219,62 +197,23 @@ class CudaBackend:
     def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
         """Validate at the check sizes and at the size, time, check again (another seed)."""
         self._device_info()
-        message = self._request(artifact, request, request.size)
-        reply = self._call(message, request.config.timeout_s)
-        measurement = measurement_from_reply(request.spec, request.size, reply)
-        self._reject_impossible_speed(request.spec, request.dtype, request.size, measurement)
-        return measurement
+        return self._runner.evaluate(self._request(artifact, request, request.size), request)
 
     def _request(
         self, artifact: Artifact, request: EvalRequest, size: ProblemSize
     ) -> dict[str, Any]:
-        context, params = request.context, request.params
-        check_launch(context.launch, set(request.spec.size_symbols) | set(params))
-        require_size_constraints(context, params, size)
-        tensor_map_boxes(context.launch, {**size.as_dict(), **params},
+        tensor_map_boxes(request.context.launch, {**size.as_dict(), **request.params},
                          [arg.name for arg in request.spec.args if arg.kind == "buffer"])
-        return {
-            "op": "evaluate",
-            "cubin": artifact.path,
-            "entry": context.entry,
-            "launch": dict(context.launch),
-            "params": dict(params),
-            "spec": spec_to_wire(request.spec),
-            "dtype": request.dtype,
-            "size": size.as_dict(),
-            "check_sizes": [s.as_dict() for s in
-                            applicable_sizes(context, params, request.check_sizes)],
-            "config": config_to_wire(request.config),
-        }
+        return evaluation_message(artifact, request, size)
 
     def time_vendor(
         self, spec: KernelSpec, dtype: str, size: ProblemSize, config: EvalConfig
     ) -> tuple[str, Measurement]:
         """cuBLAS (matmul), checked and timed like a variant, in the same worker."""
-        self._device_info()
-        message = {"op": "vendor", "spec": spec_to_wire(spec), "dtype": dtype,
-                   "size": size.as_dict(), "config": config_to_wire(config)}
-        reply = self._call(message, config.timeout_s)
-        return str(reply["name"]), measurement_from_reply(spec, size, reply)
+        return self._runner.time_vendor(spec, dtype, size, config)
 
     def close(self) -> None:
-        self._worker.stop()
-
-    def _call(self, message: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-        """One request at a time: the timer and an LLM applier's result check share it."""
-        with self._calls:
-            if not self._worker.running:
-                self._start_worker()
-            return self._worker.call(message, timeout_s)
-
-    def _reject_impossible_speed(
-        self, spec: KernelSpec, dtype: str, size: ProblemSize, measurement: Measurement
-    ) -> None:
-        peak = float(self._profile.peak_gflops.get(dtype, 0.0))
-        if peak > 0 and measurement.gflops > _SPEED_MARGIN * peak:
-            raise WrongResult(
-                f"impossible speed at {size_label(spec, size)}: {measurement.gflops:.1f} "
-                f"GFLOP/s is above {_SPEED_MARGIN:g} x the device peak ({peak:g} GFLOP/s)")
+        self._runner.close()
 
     # ------------------------------------------------------------ compute-sanitizer
 
@@ -315,7 +254,7 @@ class CudaBackend:
     def profile(self, artifact: Artifact, request: EvalRequest) -> ProfileReport:
         """Nsight Compute's metrics for one launch of the variant at the timed size."""
         with self._one_shot_request(artifact, request, request.size) as path:
-            return profile_request(path, _WORKER_MODULE, request.context.entry, _child_env())
+            return profile_request(path, WORKER_MODULE, request.context.entry, _child_env())
 
     @contextlib.contextmanager
     def _one_shot_request(
@@ -334,7 +273,7 @@ class CudaBackend:
 def _run_sanitizer(tool: str, check: str, request_path: Path, label: str) -> tuple[int, str]:
     """(exit status, output) of one sanitizer tool over the one-shot worker."""
     command = [tool, "--tool", check, "--error-exitcode", str(_SANITIZER_ERRORS),
-               "--print-limit", "20", sys.executable, "-m", _WORKER_MODULE, "--one-shot",
+               "--print-limit", "20", sys.executable, "-m", WORKER_MODULE, "--one-shot",
                str(request_path)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False,

@@ -6,9 +6,12 @@ plans as CUDA: appliers/reference/cuda_matmul/dialect.py):
 - AMD GPUs (profiles whose facts.arch is a gfx target: mi250, mi250x, mi300x):
   `HipBackend`. clang's HIP compiler builds a code object for the architecture
   (backends._hip_amd); the code object's resource usage (VGPRs, AGPRs, SGPRs, LDS,
-  scratch, spills) prunes a point the device cannot run before anything runs. Running
-  needs an AMD GPU that ROCm's runtime sees; where there is none, probe() says so in one
-  line and nothing else happens.
+  scratch, spills) prunes a point the device cannot run before anything runs. The GPU
+  runtime is the CUDA backend's (backends._gpu_runner) on CuPy's ROCm build: the worker
+  loads the code object through HIP's module API, times with HIP events and runs
+  hipBLAS as the vendor, validating as on NVIDIA GPUs. It has not run on AMD hardware
+  (none is lent to the project). Where ROCm shows no GPU of the profile's kind, probe()
+  says so in one line and nothing else happens.
 - NVIDIA GPUs (`--backend hip` with a CUDA profile, e.g. h200): `HipOnCudaBackend`.
   NVRTC builds the HIP source through peak-tune's own HIP-on-CUDA header
   (backends/hip_nvidia/hip/*.h: HIP's names mapped to CUDA's), and the CUDA backend's
@@ -23,10 +26,12 @@ import functools
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from peak_tune.backends import _hip_amd
 from peak_tune.backends._cuda_launch import check_launch, evaluate_launch, geometry_fits
 from peak_tune.backends._files import built_or_reused
+from peak_tune.backends._gpu_runner import GpuRunner, evaluation_message
 from peak_tune.backends._wire import macro_flags
 from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend
@@ -44,6 +49,8 @@ HARNESS_VERSION = "hip-1"
 _HIP_TYPES = {"float32": ("float", "float"), "float16": ("__half", "float"),
               "float64": ("double", "double")}
 _KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")  # how ROCm's runtime finds GPUs
+_AMD_UNAVAILABLE = ("the HIP backend runs on AMD GPUs through CuPy built for ROCm (a "
+                    "cupy-rocm wheel, or CuPy built with CUPY_INSTALL_USE_HIP=1): {reason}")
 
 
 def platform_of(profile: DeviceProfile) -> str:
@@ -85,11 +92,11 @@ class HipOnCudaBackend(CudaBackend):
         return {"hip_on_cuda": hip_on_cuda_version()}
 
 
-def visible_amd_gpus(nodes: Path = _KFD_NODES) -> list[str]:
+def visible_amd_gpus(nodes: Path | None = None) -> list[str]:
     """The gfx targets of the AMD GPUs the kernel driver shows (ROCm's KFD topology,
     `gfx_target_version` 90010 -> gfx90a); empty without one (or without the driver)."""
     found = []
-    for properties in sorted(nodes.glob("*/properties")):
+    for properties in sorted((nodes or _KFD_NODES).glob("*/properties")):
         try:
             fields = dict(line.split()[:2] for line in properties.read_text().splitlines()
                           if len(line.split()) >= 2)
@@ -116,6 +123,7 @@ class HipBackend:
                             f"{profile.facts.get('arch', '')!r}")
         self._profile = profile
         self._arch = str(profile.facts["arch"])
+        self._runner = GpuRunner(profile, _AMD_UNAVAILABLE, self._check_device)
 
     def __enter__(self) -> HipBackend:
         return self
@@ -124,8 +132,14 @@ class HipBackend:
         self.close()
 
     def probe(self) -> DeviceProfile:
-        """BackendUnavailable: there is no AMD GPU of the profile's kind here, or there
-        is one but this version cannot run kernels on it yet."""
+        """The profile, once ROCm shows a GPU of its architecture and the GPU worker runs
+        there; BackendUnavailable in one line otherwise."""
+        self._require_visible_gpu()
+        self._runner.info()
+        return self._profile
+
+    def _require_visible_gpu(self) -> None:
+        """Before any process starts: ROCm's kernel driver shows a GPU of this kind."""
         gpus = visible_amd_gpus()
         if self._arch.split(":")[0] not in gpus:
             seen = f" (it shows {', '.join(sorted(set(gpus)))})" if gpus else ""
@@ -133,15 +147,30 @@ class HipBackend:
                 f"no AMD GPU of the {self._profile.name} kind ({self._arch}) is visible "
                 f"here{seen}: run where ROCm sees one; `peak-tune dry-run --device "
                 f"{self._profile.name}` compiles and checks the space here")
-        raise BackendUnavailable(
-            f"an AMD GPU ({self._arch}) is here, but this version cannot run kernels on "
-            "AMD GPUs yet (it compiles and checks them: `peak-tune dry-run`)")
+
+    def _check_device(self, info: Mapping[str, Any]) -> None:
+        if info.get("platform") != "hip":
+            raise BackendUnavailable(
+                f"the GPU worker runs on {info.get('platform', 'cuda').upper()} "
+                f"({info['name']}): CuPy here is not its ROCm build, which the "
+                f"{self._profile.name} profile needs")
+        found = str(info.get("arch", "")).split(":")[0]
+        if found != self._arch.split(":")[0]:
+            raise BackendUnavailable(
+                f"the GPU HIP runs on is {info['name']} ({found}) but device profile "
+                f"{self._profile.name!r} is for {self._arch}: choose the profile of this "
+                "GPU with --device (or HIP_VISIBLE_DEVICES)")
 
     def fingerprint(self) -> Mapping[str, str]:
         toolchain = _hip_amd.find_toolchain()
-        return {"device": f"{self._profile.title} ({self._arch})",
-                "compiler": toolchain.version, "flags": f"-O3 --offload-arch={self._arch}",
-                "harness": HARNESS_VERSION}
+        found = {"device": f"{self._profile.title} ({self._arch})",
+                 "compiler": toolchain.version, "flags": f"-O3 --offload-arch={self._arch}",
+                 "harness": HARNESS_VERSION}
+        if self._arch.split(":")[0] in visible_amd_gpus():  # where it runs: its runtime
+            info = self._runner.info()
+            found["driver"] = f"amdgpu {info['driver'] or 'unknown'} (HIP {info['driver_cuda']})"
+            found["runtime"] = f"HIP {info['runtime_cuda']} (cupy {info['cupy']})"
+        return found
 
     def compile(self, context: KernelContext, params: Mapping[str, int], dtype: str,
                 build_dir: str, time_limit_s: float = 0.0) -> Artifact:
@@ -199,16 +228,19 @@ class HipBackend:
         if int(resources["occupancy_waves"]) < 1:
             raise InvalidPoint(f"no wave fits a SIMD on {self._arch}")
 
-    # Running on AMD GPUs is not in this version: probe() says why, in one line.
     def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
+        """Validate at the check sizes and at the size, time, check again (another seed),
+        in the GPU worker on ROCm."""
         self.probe()
-        raise BackendUnavailable("unreachable")
+        return self._runner.evaluate(evaluation_message(artifact, request, request.size),
+                                     request)
 
     def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
                     config: EvalConfig) -> tuple[str, Measurement]:
+        """hipBLAS (matmul), checked and timed like a variant, in the same worker."""
         self.probe()
-        raise BackendUnavailable("unreachable")
+        return self._runner.time_vendor(spec, dtype, size, config)
 
     def close(self) -> None:
-        pass
+        self._runner.close()
 

@@ -103,3 +103,20 @@ def test_a_hip_kernel_that_skips_work_is_a_wrong_result(backend, spec, tmp_path)
     lazy = dataclasses.replace(seed, source=seed.source.replace("k < K;", "k < K - 1;"))
     with pytest.raises(WrongResult, match="wrong result"):
         _evaluate(backend, spec, lazy, {}, "float32", tmp_path)
+
+
+def test_an_amd_profile_on_cupys_cuda_build_says_so(profile, tmp_path, monkeypatch):
+    """The AMD backend's runtime is the GPU worker on CuPy's ROCm build. Shown an AMD GPU
+    (a topology like ROCm's kernel driver's) where CuPy runs on CUDA, it starts the
+    worker, sees the platform and says in one line why it cannot run there."""
+    from peak_tune.backends import hip
+    from peak_tune.catalog.loaders import load_device
+    from peak_tune.errors import BackendUnavailable
+
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "properties").write_text("gfx_target_version 90010\n")
+    monkeypatch.setattr(hip, "_KFD_NODES", tmp_path)
+    mi250 = load_device(ROOT / "backends" / "devices" / "mi250.toml")
+    with hip.HipBackend(mi250) as amd:
+        with pytest.raises(BackendUnavailable, match="runs on CUDA .*not its ROCm build"):
+            amd.probe()
