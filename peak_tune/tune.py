@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 from optuna.storages import BaseStorage
@@ -28,7 +28,7 @@ from optuna.study import StudyDirection
 
 from peak_tune.appliers.base import Applier
 from peak_tune.appliers.wiring import AppliedWith, LLMJournal, wired_applier
-from peak_tune.backends import BACKENDS, make_backend
+from peak_tune.backends import BACKENDS, capabilities, make_backend
 from peak_tune.backends.base import (
     BUILD_BUDGET,
     BUILD_BUDGET_AFTER,
@@ -90,6 +90,9 @@ from peak_tune.search.space import (
     suggest_params,
 )
 from peak_tune.storage import open_storage, redacted_url, results_storage_url
+
+if TYPE_CHECKING:
+    from peak_tune.executors.ray import RaySettings
 from peak_tune.study_mirror import open_mirrored_study
 
 __all__ = ["CONFIRM_ATTR", "CONFIRM_ROUNDS", "Confirmation", "SizeConfirmation", "TrialRecord",
@@ -470,6 +473,7 @@ class TuneSession:
         _check_fixed_sequence(config.sequence, self.transformations)
         if config.replay is None:  # a replay allocates nothing
             _check_host_memory(self.spec, self.sizes, config.dtype)
+        self.capabilities = capabilities(backend_name)
         self.backend: Backend = self._backend(backend_name)
         try:  # before anything is created: a device that is not here leaves nothing
             self.device = self.backend.probe()
@@ -497,6 +501,9 @@ class TuneSession:
                             f"not {config.tell_order!r}")
         self._count_earlier_spend()  # may refuse: before any process or study is made
         self.executor = self._executor(backend_name)  # before the study: fail first
+        attach = getattr(self.backend, "attach", None)  # a ClusterBackend's device workers
+        if attach is not None:
+            attach(self.executor)
         try:
             self.tell_as_finished = tells_as_finished(config.tell_order, self.executor,
                                                       replay=config.replay is not None)
@@ -574,13 +581,26 @@ class TuneSession:
             return LocalExecutor(self.pipeline, self.compile_workers)
         if c.replay is not None:
             raise UserError("--replay answers from a recording: use --executor local")
-        from peak_tune.executors.ray import RayExecutor, RaySettings
+        from peak_tune.executors.ray import RayExecutor
 
-        settings = RaySettings(address=c.ray_address, workers=c.ray_workers,
-                               builds_per_worker=max(1, self.compile_workers // 2))
-        return RayExecutor(settings, self.pipeline, backend_name)
+        return RayExecutor(self._ray_settings(), self.pipeline, backend_name)
+
+    def _ray_settings(self) -> RaySettings:
+        from peak_tune.executors.ray import RaySettings
+
+        c = self.config
+        return RaySettings(address=c.ray_address, workers=c.ray_workers,
+                           builds_per_worker=max(1, self.compile_workers // 2))
 
     def _backend(self, name: str) -> Backend:
+        """The backend here; with a Ray address, the cluster's (ClusterBackend: the
+        device is probed and the vendor timed there, none is needed here)."""
+        c = self.config
+        if c.replay is None and c.ray_address and \
+                choose_executor(c.executor, c.ray_address, name) == "ray":
+            from peak_tune.executors.cluster_backend import ClusterBackend
+
+            return ClusterBackend(name, self.device, self._ray_settings())
         if self.config.replay is None:
             return make_backend(name, self.device)
         from peak_tune.backends.replay import ReplayBackend
@@ -967,7 +987,7 @@ class TuneSession:
         disturb it), else one per host core."""
         if self.config.compile_workers > 0:
             return self.config.compile_workers
-        return 1 if self.backend.capabilities.on_host else max(1, os.cpu_count() or 1)
+        return 1 if self.capabilities.on_host else max(1, os.cpu_count() or 1)
 
     def _fail_unfinished(self, trial: optuna.Trial, reason: str) -> None:
         """Mark a trial the run stopped in as failed, so the study holds no RUNNING trial
@@ -1283,7 +1303,7 @@ class TuneSession:
         if appliers is not None:
             appliers.shutdown(wait=False, cancel_futures=True)
         for part in (getattr(self, "executor", None), getattr(self, "mirror", None),
-                     self.ask_ahead, self.backend):
+                     getattr(self, "ask_ahead", None), getattr(self, "backend", None)):
             if part is not None:
                 with contextlib.suppress(Exception):  # the error being raised matters
                     part.close()

@@ -25,14 +25,22 @@ from pathlib import Path
 from typing import Any
 
 from peak_tune.backends import capabilities, make_backend
-from peak_tune.backends.base import Artifact
-from peak_tune.core import Outcome, ProblemSize, Status
-from peak_tune.errors import BuildOverBudget, EvaluationError, InvalidPoint, UserError
+from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
+from peak_tune.catalog.types import DeviceProfile
+from peak_tune.core import KernelContext, KernelSpec, Measurement, Outcome, ProblemSize, Status
+from peak_tune.errors import (
+    BackendUnavailable,
+    BuildOverBudget,
+    EvaluationError,
+    InvalidPoint,
+    UserError,
+)
 from peak_tune.executors.base import EvalJob, JobTimes, busy_by_worker
 from peak_tune.pipeline import Pipeline, PipelineSetup, evaluate_built, outcome_of_error
 
 __all__ = ["NAMESPACE", "BuiltVariant", "JobTimes", "RayExecutor", "RaySettings",
-           "build_variant"]
+           "build_variant", "device_options", "devices_of_kind", "import_ray", "init_ray",
+           "probe_device", "require_devices"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +99,17 @@ class BuiltVariant:
     payload: bytes = b""
     failed: Outcome | None = None
     build_s: float = 0.0
+
+
+def probe_device(backend_name: str, profile: DeviceProfile
+                 ) -> tuple[DeviceProfile, dict[str, str]]:
+    """A Ray task on a node with a device of the profile's kind: the device as probed
+    there, and the backend's fingerprint (ClusterBackend)."""
+    backend = make_backend(backend_name, profile)
+    try:
+        return backend.probe(), dict(backend.fingerprint())
+    finally:
+        backend.close()
 
 
 def build_variant(backend_name: str, setup: PipelineSetup, job: EvalJob) -> BuiltVariant:
@@ -169,6 +188,20 @@ class DeviceWorker:
         return evaluate_built(self.backend, self.setup, built, job.context, values, size,
                               cutoff)
 
+    def compile_variant(self, context: KernelContext, params: Mapping[str, int], dtype: str,
+                        time_limit_s: float) -> Artifact:
+        """A build in this actor's folder, for the driver's own requests (ClusterBackend)."""
+        return self.backend.compile(context, params, dtype, self.build_dir, time_limit_s)
+
+    def evaluate_artifact(self, artifact: Artifact, request: EvalRequest) -> Measurement:
+        with self._timing:
+            return self.backend.evaluate(artifact, request)
+
+    def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
+                    config: EvalConfig) -> tuple[str, Measurement]:
+        with self._timing:  # never beside a kernel's timing on this device
+            return self.backend.time_vendor(spec, dtype, size, config)
+
     def ping(self) -> str:
         return self.label
 
@@ -182,12 +215,12 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, settings: RaySettings, pipeline: Pipeline, backend_name: str) -> None:
-        ray = _import_ray()
+        ray = import_ray()
         self._ray = ray
         self.pipeline = pipeline
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
-            _init(ray, settings)
+            init_ray(ray, settings)
         on_host = capabilities(backend_name).on_host
         per_worker = 1 if on_host else settings.builds_per_worker
         if settings.build_on not in ("auto", "cpu", "device"):
@@ -196,13 +229,14 @@ class RayExecutor:
         self._builder = ray.remote(num_cpus=1)(build_variant) if on_cpu else None
         self._setup_ref = ray.put(pipeline.setup)  # once, not pickled with every build
         self._backend_name = backend_name
-        count = settings.workers or _default_workers(ray, backend_name)
+        count = settings.workers or _default_workers(ray, backend_name,
+                                                      pipeline.setup.device)
         options: dict[str, Any] = {
             "max_restarts": _ACTOR_RESTARTS, "max_task_retries": 0,
             "max_concurrency": per_worker, "namespace": NAMESPACE,
             # a job whose build is done need not wait behind one still building
             "allow_out_of_order_execution": True,
-            **({"num_cpus": 1} if on_host else {"num_gpus": 1, "num_cpus": 1}),
+            **device_options(backend_name, pipeline.setup.device),
         }
         actor = ray.remote(DeviceWorker)
         run = uuid.uuid4().hex[:8]
@@ -231,6 +265,12 @@ class RayExecutor:
     @property
     def slots(self) -> int:
         return 2 * self._per_worker * len(self._workers)
+
+    def on_device(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """Run one of DeviceWorker's methods on the first device worker and wait for it
+        (the driver's own requests: its builds and timings stay on one node)."""
+        return self._ray.get(getattr(self._workers[0], method).remote(*args),
+                             timeout=timeout_s)
 
     def submit(self, job: EvalJob) -> Future[list[Outcome]]:
         known = [self.pipeline.cached(job.context, job.params, size) for size in job.sizes]
@@ -360,7 +400,7 @@ def _settle(result: Future[list[Outcome]], value: list[Outcome] | BaseException)
         pass
 
 
-def _import_ray() -> Any:
+def import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
@@ -382,7 +422,7 @@ def _check_reachable(address: str) -> None:
                         f"{exc.strerror or exc}") from exc
 
 
-def _init(ray: Any, settings: RaySettings) -> None:
+def init_ray(ray: Any, settings: RaySettings) -> None:
     if settings.address:
         _check_reachable(settings.address)
     try:
@@ -399,13 +439,49 @@ def _init(ray: Any, settings: RaySettings) -> None:
         raise UserError(f"cannot start or reach {where}: {_first_line(exc)}") from exc
 
 
-def _default_workers(ray: Any, backend_name: str) -> int:
+def device_options(backend_name: str, profile: DeviceProfile) -> dict[str, Any]:
+    """The Ray resources one device of the profile's kind takes: one CPU for a host
+    backend; one GPU otherwise, of the profile's accelerator type where it names one
+    (facts.ray_accelerator_type, as Ray labels nodes' GPUs: "H200",
+    "AMD-Instinct-MI250X-MI250"), so actors land on nodes that have that GPU."""
     if capabilities(backend_name).on_host:
-        return max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
+        return {"num_cpus": 1}
+    kind = str(profile.facts.get("ray_accelerator_type", ""))
+    return {"num_gpus": 1, "num_cpus": 1, **({"accelerator_type": kind} if kind else {})}
+
+
+def devices_of_kind(ray: Any, backend_name: str, profile: DeviceProfile) -> int:
+    """How many devices of the profile's kind the cluster's live nodes have."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if capabilities(backend_name).on_host:
+        return len(nodes)
+    kind = str(profile.facts.get("ray_accelerator_type", ""))
+    return sum(int(n.get("Resources", {}).get("GPU", 0)) for n in nodes
+               if not kind or f"accelerator_type:{kind}" in n.get("Resources", {}))
+
+
+def require_devices(ray: Any, backend_name: str, profile: DeviceProfile, where: str) -> int:
+    """The count of devices of the profile's kind in the cluster; BackendUnavailable
+    naming what its nodes have when there is none."""
+    count = devices_of_kind(ray, backend_name, profile)
+    if count:
+        return count
+    kind = str(profile.facts.get("ray_accelerator_type", "")) or "any GPU"
+    seen = sorted({key.removeprefix("accelerator_type:")
+                   for n in ray.nodes() if n.get("Alive") for key in n.get("Resources", {})
+                   if key.startswith("accelerator_type:")})
     gpus = int(ray.cluster_resources().get("GPU", 0))
-    if gpus < 1:
-        raise UserError(f"the Ray cluster has no GPU for the {backend_name} backend")
-    return gpus
+    has = f"{gpus} GPU(s){': ' + ', '.join(seen) if seen else ''}" if gpus else "no GPU"
+    arch = profile.facts.get("arch", "")
+    raise BackendUnavailable(
+        f"no GPU of the {profile.name} kind ({arch or kind}) is visible here or in {where} "
+        f"(Ray resource accelerator_type:{kind}; its nodes have {has})")
+
+
+def _default_workers(ray: Any, backend_name: str, profile: DeviceProfile) -> int:
+    if capabilities(backend_name).on_host:
+        return max(1, devices_of_kind(ray, backend_name, profile))
+    return require_devices(ray, backend_name, profile, "the Ray cluster")
 
 
 def _first_line(exc: BaseException) -> str:
