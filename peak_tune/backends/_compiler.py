@@ -31,7 +31,8 @@ __all__ = ["FaultPattern", "environment_fault_of", "first_error", "kill_group",
 
 FaultPattern = tuple[re.Pattern[str], str]  # a compiler's own line for a machine fault
 WorkAhead = Callable[[], bool]  # one piece of other work; False when none is left
-_ERROR_LINE = re.compile(r"^.*?:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$")
+_ERROR_LINE = re.compile(r"^.*?:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$"  # gcc, clang, dxc
+                         r"|^ERROR: [^:]*:(\d+): (.*)$")  # glslang
 
 
 def run_compiler(command: list[str], time_limit_s: float = 0.0, *, hang_limit_s: float,
@@ -149,7 +150,9 @@ def first_error(log: str, returncode: int) -> str:
     for line in lines:
         found = _ERROR_LINE.match(line)
         if found:
-            return f"line {found.group(1)}: {found.group(2)}"
+            number, text = (found.group(1), found.group(2)) if found.group(1) else \
+                (found.group(3), found.group(4))
+            return f"line {number}: {text.strip()}"
     for line in lines:
         if "error" in line.lower() or "undefined reference" in line:
             return line

@@ -1,0 +1,120 @@
+"""HLSL compute shaders to SPIR-V for Vulkan: DXC where there is one, else glslang.
+
+DXC is the PEAK paper's compiler and the one that follows HLSL's newer shader models:
+the user's own `dxc` on PATH (the Vulkan SDK ships one). glslang's HLSL front end
+(Debian `glslang-tools`) covers the rest: groupshared, wave intrinsics, 16-bit types
+with `--hlsl-enable-16bit-types`. Which compiler built a variant is part of its cache
+key and its record (`HlslCompiler.label`). Tuning parameters are `-D` defines; the
+SPIR-V is checked by `spirv-val` where it is installed and its thread group and
+groupshared bytes are read from the module (backends._spirv) to prune points the device
+cannot run.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from peak_tune.backends._compiler import run_compiler
+from peak_tune.backends._spirv import SpirvError, SpirvResources, read_resources
+from peak_tune.errors import BackendUnavailable, CompileError
+
+__all__ = ["COMPILERS", "HlslCompiler", "compile_spirv", "find_compiler", "spirv_validator"]
+
+COMPILERS = ("dxc", "glslang")
+TARGET_ENV = "vulkan1.1"
+_HANG_LIMIT_S = 300.0
+_INSTALL = ("no HLSL compiler: put DXC's `dxc` on PATH (the Vulkan SDK has one) or install "
+            "glslang (Debian: apt-get install glslang-tools)")
+
+
+@dataclass(frozen=True)
+class HlslCompiler:
+    name: str  # "dxc" or "glslang"
+    path: str
+    version: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.version}"
+
+    def command(self, source: Path, output: Path, defines: Mapping[str, str | int],
+                sixteen_bit: bool) -> list[str]:
+        flags = [f"-D{name}={value}" for name, value in sorted(defines.items())]
+        if self.name == "dxc":
+            return [self.path, "-spirv", "-T", "cs_6_2", "-E", "main", "-O3",
+                    f"-fspv-target-env={TARGET_ENV}",
+                    *(["-enable-16bit-types"] if sixteen_bit else []), *flags,
+                    str(source), "-Fo", str(output)]
+        return [self.path, "-D", "-V", "-S", "comp", "-e", "main", "--target-env",
+                TARGET_ENV, *(["--hlsl-enable-16bit-types"] if sixteen_bit else []),
+                *flags, str(source), "-o", str(output)]
+
+
+@functools.cache
+def _found(name: str) -> HlslCompiler | None:
+    program = {"dxc": "dxc", "glslang": "glslangValidator"}[name]
+    path = shutil.which(program)
+    if path is None:
+        return None
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = done.stdout + done.stderr
+    pattern = r"Glslang Version: ([\d:.]+)" if name == "glslang" else r"(\d+\.\d+[\w.()-]*)"
+    found = re.search(pattern, text)
+    return HlslCompiler(name, path, found.group(1) if found else "unknown")
+
+
+def find_compiler(wanted: str = "auto") -> HlslCompiler:
+    """`wanted` ("dxc", "glslang"), or for "auto" DXC where there is one, else glslang;
+    BackendUnavailable naming what to install."""
+    if wanted not in ("auto", *COMPILERS):
+        raise BackendUnavailable(f"unknown HLSL compiler {wanted!r} (auto, "
+                                 f"{', '.join(COMPILERS)})")
+    for name in (COMPILERS if wanted == "auto" else (wanted,)):
+        compiler = _found(name)
+        if compiler is not None:
+            return compiler
+    if wanted == "auto":
+        raise BackendUnavailable(_INSTALL)
+    raise BackendUnavailable(f"the HLSL compiler {wanted!r} is not installed here")
+
+
+def spirv_validator() -> str | None:
+    return shutil.which("spirv-val")
+
+
+def compile_spirv(compiler: HlslCompiler, source: str, defines: Mapping[str, str | int],
+                  output: Path, time_limit_s: float = 0.0, sixteen_bit: bool = False
+                  ) -> tuple[str, SpirvResources]:
+    """Build `source` into the SPIR-V module `output`; the compiler's log and what the
+    module uses. CompileError for the source's errors, a module spirv-val rejects or one
+    whose resources cannot be read; BuildOverBudget past `time_limit_s`."""
+    with tempfile.TemporaryDirectory(prefix="peak-tune-hlsl-") as folder:
+        shader = Path(folder) / "kernel.hlsl"
+        built = Path(folder) / "kernel.spv"
+        shader.write_text(source)
+        log = run_compiler(compiler.command(shader, built, defines, sixteen_bit),
+                           time_limit_s, hang_limit_s=_HANG_LIMIT_S)
+        if not built.is_file():
+            raise CompileError(f"compile error: {compiler.name} wrote no SPIR-V", detail=log)
+        validator = spirv_validator()
+        if validator is not None:
+            run_compiler([validator, "--target-env", TARGET_ENV, str(built)],
+                         hang_limit_s=_HANG_LIMIT_S)
+        module = built.read_bytes()
+    try:
+        resources = read_resources(module)
+    except SpirvError as exc:
+        raise CompileError(f"compile error: the SPIR-V cannot be read: {exc}") from None
+    output.write_bytes(module)
+    return log, resources

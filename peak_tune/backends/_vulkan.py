@@ -1,0 +1,376 @@
+"""Vulkan compute from Python (the `vulkan` package's cffi bindings), for the HLSL backend.
+
+One `VulkanDevice` is one physical device and a logical device with one compute queue:
+storage buffers in device-local memory (mapped directly where that memory is also host
+visible, as on lavapipe and on integrated GPUs; written and read through a staging buffer
+otherwise), compute pipelines from SPIR-V with their buffers bound at set 0, bindings
+0..n-1, and the sizes as push constants, and dispatches timed by timestamp queries
+around them on the GPU's own clock.
+
+The bindings keep pointers into Python objects handed to them: every create-info and
+the strings in it are kept referenced until the call returns (the entry point's name
+for as long as the pipeline lives), or creation fails at random with VkErrorUnknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Buffer", "ComputePipeline", "VulkanDevice", "VulkanUnavailable", "devices"]
+
+_API_VERSION = (1, 1, 0)
+_ENTRY = "main"
+
+
+class VulkanUnavailable(RuntimeError):
+    """No Vulkan loader, no driver, or no device with a compute queue."""
+
+
+def _vk() -> Any:
+    try:
+        import vulkan
+    except (ImportError, OSError) as exc:  # OSError: the package without libvulkan.so.1
+        raise VulkanUnavailable(f"the vulkan package cannot be loaded: {exc}") from exc
+    return vulkan
+
+
+def _text(value: Any) -> str:
+    """A name the bindings give as str, bytes or a char array."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(_vk().ffi.string(value).decode(errors="replace"))
+
+
+def _instance() -> Any:
+    vk = _vk()
+    app = vk.VkApplicationInfo(sType=vk.VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                               pApplicationName="peak-tune", applicationVersion=1,
+                               pEngineName="peak-tune", engineVersion=1,
+                               apiVersion=vk.VK_MAKE_VERSION(*_API_VERSION))
+    info = vk.VkInstanceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                                   pApplicationInfo=app)
+    try:
+        return vk.vkCreateInstance(info, None)
+    except Exception as exc:  # VkErrorIncompatibleDriver: no driver at all
+        raise VulkanUnavailable(f"no Vulkan driver: {type(exc).__name__}") from exc
+
+
+def devices() -> list[str]:
+    """The names of the Vulkan devices this machine shows, in the loader's order."""
+    vk = _vk()
+    instance = _instance()
+    try:
+        return [_text(vk.vkGetPhysicalDeviceProperties(p).deviceName)
+                for p in vk.vkEnumeratePhysicalDevices(instance)]
+    finally:
+        vk.vkDestroyInstance(instance, None)
+
+
+@dataclass
+class Buffer:
+    """A storage buffer of `nbytes` in device-local memory."""
+
+    handle: Any
+    memory: Any
+    nbytes: int
+    mapped: Any = None  # the memory, mapped, where it is host visible
+
+
+@dataclass
+class ComputePipeline:
+    handle: Any
+    layout: Any
+    set_layout: Any
+    descriptor_pool: Any
+    descriptor_set: Any
+    module: Any
+    push_bytes: int
+    keep: list[Any] = field(default_factory=list)  # what the driver may still point into
+
+
+class VulkanDevice:
+    """Device `index` of the loader's list, with one compute queue (see the module)."""
+
+    def __init__(self, index: int = 0) -> None:
+        vk = self._vk = _vk()
+        self.instance = _instance()
+        physicals = vk.vkEnumeratePhysicalDevices(self.instance)
+        if index >= len(physicals):
+            vk.vkDestroyInstance(self.instance, None)
+            raise VulkanUnavailable(f"no Vulkan device {index} (this machine shows "
+                                    f"{len(physicals)})")
+        self.physical = physicals[index]
+        properties = vk.vkGetPhysicalDeviceProperties(self.physical)
+        limits = properties.limits
+        self.name = _text(properties.deviceName)
+        self.driver_version = int(properties.driverVersion)
+        self.timestamp_period_ns = float(limits.timestampPeriod)
+        self.max_invocations = int(limits.maxComputeWorkGroupInvocations)
+        self.max_group_size = tuple(int(limits.maxComputeWorkGroupSize[i]) for i in range(3))
+        self.max_shared_bytes = int(limits.maxComputeSharedMemorySize)
+        families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.physical)
+        found = [i for i, f in enumerate(families)
+                 if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT and f.timestampValidBits]
+        if not found:
+            vk.vkDestroyInstance(self.instance, None)
+            raise VulkanUnavailable(f"{self.name} has no compute queue with timestamps")
+        self.family = found[0]
+        priorities = [1.0]
+        queue = vk.VkDeviceQueueCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                           queueFamilyIndex=self.family, queueCount=1,
+                                           pQueuePriorities=priorities)
+        info = vk.VkDeviceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                                     queueCreateInfoCount=1, pQueueCreateInfos=[queue])
+        self.device = vk.vkCreateDevice(self.physical, info, None)
+        self.queue = vk.vkGetDeviceQueue(self.device, self.family, 0)
+        self._memory = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
+        pool = vk.VkCommandPoolCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, queueFamilyIndex=self.family,
+            flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT)
+        self.command_pool = vk.vkCreateCommandPool(self.device, pool, None)
+        allocate = vk.VkCommandBufferAllocateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+            commandPool=self.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+            commandBufferCount=1)
+        self.commands = vk.vkAllocateCommandBuffers(self.device, allocate)[0]
+        self.fence = vk.vkCreateFence(
+            self.device, vk.VkFenceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO),
+            None)
+        self.queries = vk.vkCreateQueryPool(self.device, vk.VkQueryPoolCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+            queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=2), None)
+        self._buffers: list[Buffer] = []
+        self._pipelines: list[ComputePipeline] = []
+
+    # ------------------------------------------------------------ memory
+
+    def _memory_type(self, bits: int, wanted: int) -> int:
+        for i in range(self._memory.memoryTypeCount):
+            flags = self._memory.memoryTypes[i].propertyFlags
+            if bits & (1 << i) and flags & wanted == wanted:
+                return i
+        return -1
+
+    def _allocate(self, nbytes: int, usage: int, prefer: list[int]) -> tuple[Any, Any, int]:
+        vk = self._vk
+        handle = vk.vkCreateBuffer(self.device, vk.VkBufferCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, size=nbytes, usage=usage,
+            sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE), None)
+        needs = vk.vkGetBufferMemoryRequirements(self.device, handle)
+        for flags in prefer:
+            kind = self._memory_type(needs.memoryTypeBits, flags)
+            if kind >= 0:
+                break
+        else:
+            vk.vkDestroyBuffer(self.device, handle, None)
+            raise VulkanUnavailable(f"{self.name} has no memory type for a storage buffer")
+        memory = vk.vkAllocateMemory(self.device, vk.VkMemoryAllocateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, allocationSize=needs.size,
+            memoryTypeIndex=kind), None)
+        vk.vkBindBufferMemory(self.device, handle, memory, 0)
+        return handle, memory, int(self._memory.memoryTypes[kind].propertyFlags)
+
+    def buffer(self, nbytes: int) -> Buffer:
+        """A storage buffer in device-local memory (host visible too where there is)."""
+        vk = self._vk
+        usage = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+                 | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+        visible = (vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
+                   | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+        local = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+        handle, memory, flags = self._allocate(nbytes, usage, [local | visible, local])
+        buffer = Buffer(handle, memory, nbytes)
+        if flags & visible == visible:
+            buffer.mapped = vk.vkMapMemory(self.device, memory, 0, nbytes, 0)
+        self._buffers.append(buffer)
+        return buffer
+
+    def write(self, buffer: Buffer, data: np.ndarray) -> None:
+        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        if buffer.mapped is not None:
+            np.frombuffer(buffer.mapped, np.uint8, raw.size)[:] = raw
+            return
+        with self._staging(raw.size) as staging:
+            np.frombuffer(staging.mapped, np.uint8, raw.size)[:] = raw
+            self._copy(staging, buffer, raw.size)
+
+    def read(self, buffer: Buffer, dtype: Any, count: int) -> np.ndarray:
+        nbytes = np.dtype(dtype).itemsize * count
+        if buffer.mapped is not None:
+            return np.frombuffer(buffer.mapped, np.uint8, nbytes).copy().view(dtype)
+        with self._staging(nbytes) as staging:
+            self._copy(buffer, staging, nbytes)
+            return np.frombuffer(staging.mapped, np.uint8, nbytes).copy().view(dtype)
+
+    def _staging(self, nbytes: int) -> _Staging:
+        vk = self._vk
+        usage = vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
+        visible = (vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
+                   | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+        handle, memory, _ = self._allocate(nbytes, usage, [visible])
+        staging = Buffer(handle, memory, nbytes, vk.vkMapMemory(self.device, memory, 0,
+                                                                 nbytes, 0))
+        return _Staging(self, staging)
+
+    def _copy(self, source: Buffer, target: Buffer, nbytes: int) -> None:
+        vk = self._vk
+        self._begin()
+        vk.vkCmdCopyBuffer(self.commands, source.handle, target.handle, 1,
+                           [vk.VkBufferCopy(srcOffset=0, dstOffset=0, size=nbytes)])
+        self._submit_and_wait()
+
+    def free(self, buffer: Buffer) -> None:
+        vk = self._vk
+        if buffer.mapped is not None:
+            vk.vkUnmapMemory(self.device, buffer.memory)
+        vk.vkDestroyBuffer(self.device, buffer.handle, None)
+        vk.vkFreeMemory(self.device, buffer.memory, None)
+        if buffer in self._buffers:
+            self._buffers.remove(buffer)
+
+    # ------------------------------------------------------------ pipelines
+
+    def pipeline(self, spirv: bytes, buffers: list[Buffer], push_bytes: int) -> ComputePipeline:
+        """A compute pipeline for `spirv` (entry "main"), `buffers` bound at set 0,
+        bindings 0..n-1, and `push_bytes` of push constants."""
+        vk = self._vk
+        code = bytes(spirv)  # the bindings point into it: kept with the pipeline
+        module = vk.vkCreateShaderModule(self.device, vk.VkShaderModuleCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code),
+            pCode=code), None)
+        bindings = [vk.VkDescriptorSetLayoutBinding(
+            binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=1,
+            stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT) for i in range(len(buffers))]
+        set_layout = vk.vkCreateDescriptorSetLayout(self.device, vk.VkDescriptorSetLayoutCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+            bindingCount=len(bindings), pBindings=bindings), None)
+        ranges = [vk.VkPushConstantRange(stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT, offset=0,
+                                         size=push_bytes)] if push_bytes else []
+        layout = vk.vkCreatePipelineLayout(self.device, vk.VkPipelineLayoutCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, setLayoutCount=1,
+            pSetLayouts=[set_layout], pushConstantRangeCount=len(ranges),
+            pPushConstantRanges=ranges or None), None)
+        entry = _ENTRY
+        stage = vk.VkPipelineShaderStageCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+            stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=module, pName=entry)
+        info = vk.VkComputePipelineCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, stage=stage, layout=layout)
+        handle = vk.vkCreateComputePipelines(self.device, None, 1, [info], None)[0]
+        sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                         descriptorCount=len(buffers))]
+        pool = vk.vkCreateDescriptorPool(self.device, vk.VkDescriptorPoolCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, maxSets=1,
+            poolSizeCount=1, pPoolSizes=sizes), None)
+        descriptor_set = vk.vkAllocateDescriptorSets(self.device, vk.VkDescriptorSetAllocateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, descriptorPool=pool,
+            descriptorSetCount=1, pSetLayouts=[set_layout]))[0]
+        writes = [vk.VkWriteDescriptorSet(
+            sType=vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, dstSet=descriptor_set,
+            dstBinding=i, dstArrayElement=0, descriptorCount=1,
+            descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            pBufferInfo=[vk.VkDescriptorBufferInfo(buffer=b.handle, offset=0, range=b.nbytes)])
+            for i, b in enumerate(buffers)]
+        vk.vkUpdateDescriptorSets(self.device, len(writes), writes, 0, None)
+        found = ComputePipeline(handle, layout, set_layout, pool, descriptor_set, module,
+                                push_bytes, [code, entry, stage, info])
+        self._pipelines.append(found)
+        return found
+
+    def destroy(self, pipeline: ComputePipeline) -> None:
+        vk = self._vk
+        vk.vkDestroyPipeline(self.device, pipeline.handle, None)
+        vk.vkDestroyDescriptorPool(self.device, pipeline.descriptor_pool, None)
+        vk.vkDestroyPipelineLayout(self.device, pipeline.layout, None)
+        vk.vkDestroyDescriptorSetLayout(self.device, pipeline.set_layout, None)
+        vk.vkDestroyShaderModule(self.device, pipeline.module, None)
+        if pipeline in self._pipelines:
+            self._pipelines.remove(pipeline)
+
+    # ------------------------------------------------------------ running
+
+    def dispatch(self, pipeline: ComputePipeline, groups: tuple[int, int, int],
+                 push: bytes = b"") -> float:
+        """One dispatch of `groups` thread groups, waited for; its duration in ms by the
+        device's timestamps."""
+        vk = self._vk
+        self._begin()
+        vk.vkCmdResetQueryPool(self.commands, self.queries, 0, 2)
+        vk.vkCmdBindPipeline(self.commands, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
+        vk.vkCmdBindDescriptorSets(self.commands, vk.VK_PIPELINE_BIND_POINT_COMPUTE,
+                                   pipeline.layout, 0, 1, [pipeline.descriptor_set], 0, None)
+        if push:
+            values = vk.ffi.new("char[]", push)
+            vk.vkCmdPushConstants(self.commands, pipeline.layout,
+                                  vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(push), values)
+        vk.vkCmdWriteTimestamp(self.commands, vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT,
+                               self.queries, 0)
+        vk.vkCmdDispatch(self.commands, *groups)
+        vk.vkCmdWriteTimestamp(self.commands, vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                               self.queries, 1)
+        self._submit_and_wait()
+        stamps = vk.ffi.new("uint64_t[2]")
+        vk.vkGetQueryPoolResults(self.device, self.queries, 0, 2, 16, stamps, 8,
+                                 vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
+        return (int(stamps[1]) - int(stamps[0])) * self.timestamp_period_ns / 1e6
+
+    def _begin(self) -> None:
+        vk = self._vk
+        vk.vkResetCommandBuffer(self.commands, 0)
+        vk.vkBeginCommandBuffer(self.commands, vk.VkCommandBufferBeginInfo(
+            sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+            flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
+
+    def _submit_and_wait(self, timeout_ns: int = 600 * 10**9) -> None:
+        vk = self._vk
+        vk.vkEndCommandBuffer(self.commands)
+        vk.vkResetFences(self.device, 1, [self.fence])
+        vk.vkQueueSubmit(self.queue, 1, [vk.VkSubmitInfo(
+            sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1,
+            pCommandBuffers=[self.commands])], self.fence)
+        vk.vkWaitForFences(self.device, 1, [self.fence], vk.VK_TRUE, timeout_ns)
+
+    def close(self) -> None:
+        vk = self._vk
+        if self.device is None:
+            return
+        vk.vkDeviceWaitIdle(self.device)
+        for pipeline in list(self._pipelines):
+            self.destroy(pipeline)
+        for buffer in list(self._buffers):
+            self.free(buffer)
+        vk.vkDestroyQueryPool(self.device, self.queries, None)
+        vk.vkDestroyFence(self.device, self.fence, None)
+        vk.vkDestroyCommandPool(self.device, self.command_pool, None)
+        vk.vkDestroyDevice(self.device, None)
+        vk.vkDestroyInstance(self.instance, None)
+        self.device = None
+
+    def __enter__(self) -> VulkanDevice:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@dataclass
+class _Staging:
+    """A host-visible buffer for one copy, freed when the `with` block ends."""
+
+    device: VulkanDevice
+    buffer: Buffer
+
+    @property
+    def mapped(self) -> Any:
+        return self.buffer.mapped
+
+    def __enter__(self) -> Buffer:
+        return self.buffer
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.device.free(self.buffer)
