@@ -124,8 +124,15 @@ class VulkanDevice:
         queue = vk.VkDeviceQueueCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                            queueFamilyIndex=self.family, queueCount=1,
                                            pQueuePriorities=priorities)
+        # robust buffer access: a shader's reads and writes past its buffers stay inside
+        # them (on lavapipe the shader runs in this process: it must not reach the rest)
+        supported = vk.vkGetPhysicalDeviceFeatures(self.physical)
+        self.robust = bool(supported.robustBufferAccess)
+        features = vk.VkPhysicalDeviceFeatures(robustBufferAccess=vk.VK_TRUE if self.robust
+                                               else vk.VK_FALSE)
         info = vk.VkDeviceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                                     queueCreateInfoCount=1, pQueueCreateInfos=[queue])
+                                     queueCreateInfoCount=1, pQueueCreateInfos=[queue],
+                                     pEnabledFeatures=features)
         self.device = vk.vkCreateDevice(self.physical, info, None)
         self.queue = vk.vkGetDeviceQueue(self.device, self.family, 0)
         self._memory = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
@@ -295,11 +302,20 @@ class VulkanDevice:
     # ------------------------------------------------------------ running
 
     def dispatch(self, pipeline: ComputePipeline, groups: tuple[int, int, int],
-                 push: bytes = b"") -> float:
+                 push: bytes = b"", flush: Buffer | None = None, flush_value: int = 0) -> float:
         """One dispatch of `groups` thread groups, waited for; its duration in ms by the
-        device's timestamps."""
+        device's timestamps. `flush`: a buffer larger than the device's caches, filled
+        before the dispatch (after a barrier) so that no input is left in them."""
         vk = self._vk
         self._begin()
+        if flush is not None:
+            vk.vkCmdFillBuffer(self.commands, flush.handle, 0, flush.nbytes, flush_value)
+            barrier = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                         srcAccessMask=vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+                                         dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT)
+            vk.vkCmdPipelineBarrier(self.commands, vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                    vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, [barrier],
+                                    0, None, 0, None)
         vk.vkCmdResetQueryPool(self.commands, self.queries, 0, 2)
         vk.vkCmdBindPipeline(self.commands, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
         vk.vkCmdBindDescriptorSets(self.commands, vk.VK_PIPELINE_BIND_POINT_COMPUTE,

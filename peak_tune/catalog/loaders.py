@@ -171,13 +171,19 @@ def _projection(path: Path, table: Any, inputs: set[str]) -> dict[str, str]:
     return {str(k): str(v) for k, v in table.items()}
 
 
+# The HLSL backend's launch may use the shader's own thread group, which it reads from
+# the SPIR-V (numthreads): group_x, group_y, group_z.
+SHADER_GROUP_NAMES = frozenset({"group_x", "group_y", "group_z"})
+
+
 def _launch(path: Path, table: Any, symbols: set[str]) -> dict[str, dict[str, str]]:
     """[launch.<backend>]: name -> expression in the size symbols (grid, block, shared)."""
     _typed(path, "launch", table, dict)
     launch: dict[str, dict[str, str]] = {}
     for backend, entries in table.items():
         _typed(path, f"launch.{backend}", entries, dict)
-        launch[backend] = {name: _expression(path, f"launch.{backend}.{name}", text, symbols)
+        names = symbols | SHADER_GROUP_NAMES if backend == "hlsl" else symbols
+        launch[backend] = {name: _expression(path, f"launch.{backend}.{name}", text, names)
                            for name, text in entries.items()}
     return launch
 

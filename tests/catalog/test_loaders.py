@@ -126,6 +126,7 @@ def test_malformed_spec_and_device(tmp_path):
     (seed / "naive.c").write_text("void f(void) {}\n")
     (seed / "naive.cu").write_text('extern "C" __global__ void f() {}\n')
     (seed / "naive.hip").write_text('extern "C" __global__ void f() {}\n')
+    (seed / "naive.hlsl").write_text("[numthreads(1, 1, 1)] void main() {}\n")
     good = (Path(__file__).parents[2] / "seeds" / "matmul" / "spec.toml").read_text()
     (seed / "spec.toml").write_text(good.replace('flops = "2 * M * N * K"', 'flops = "2 * M * Q"'))
     with pytest.raises(CatalogError, match=r"spec.toml: flops: unknown name"):

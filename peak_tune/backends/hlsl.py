@@ -1,0 +1,195 @@
+"""The HLSL backend: compute shaders compiled to SPIR-V and run through Vulkan.
+
+The PEAK paper's third backend (there: DXC and a graphics API on a Qualcomm Adreno X1-85,
+where no BLAS exists). A variant is HLSL with its tuning parameters as -D defines, built
+by DXC or glslang into one SPIR-V module (backends._hlsl_compile; the compiler is part
+of the build's key and of the fingerprint); the module's thread group and groupshared
+bytes prune a point the device cannot run before anything is dispatched. A worker
+process (backends._hlsl_worker) owns the Vulkan device, validates and times there; a
+hang or a lost device ends only it. Any Vulkan device runs it: Mesa's lavapipe on a CPU
+machine, NVIDIA's driver on the H200, AMD's or Qualcomm's on users' machines; the device
+profile says which (facts.vulkan_device: a part of the device's name).
+
+Launch geometry is data, as for CUDA: [launch.hlsl] grid_x/grid_y/grid_z expressions of
+the sizes, the tuning parameters and the shader's own thread group (group_x, group_y,
+group_z, read from the SPIR-V).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from peak_tune.backends._files import built_or_reused
+from peak_tune.backends._hlsl_compile import compile_spirv, find_compiler
+from peak_tune.backends._wire import (
+    config_to_wire,
+    macro_flags,
+    measurement_from_reply,
+    spec_to_wire,
+)
+from peak_tune.backends._worker import WorkerProcess
+from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
+from peak_tune.catalog.types import DeviceProfile
+from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
+from peak_tune.errors import (
+    BackendUnavailable,
+    InvalidPoint,
+    KernelCrash,
+    KernelTimeout,
+    UserError,
+    WrongResult,
+)
+from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
+
+__all__ = ["HARNESS_VERSION", "HlslBackend"]
+
+HARNESS_VERSION = "hlsl-1"
+_WORKER_MODULE = "peak_tune.backends._hlsl_worker"
+_STARTUP_TIMEOUT_S = 120.0
+_SPEED_MARGIN = 1.1
+# dtype -> (DTYPE, ACC, 16-bit types on). fp16 shaders compile (half, fp32 accumulation)
+# but need the device's 16-bit storage feature turned on, which the runtime does not yet.
+_HLSL_TYPES = {"float32": ("float", "float", False)}
+_UNAVAILABLE = ("the HLSL backend needs a Vulkan driver and the vulkan package: pip "
+                "install 'peak-tune[hlsl]' and a driver (Debian: mesa-vulkan-drivers for "
+                "lavapipe on the CPU) ({reason})")
+
+
+class HlslBackend:
+    """Backend "hlsl": see the module docstring. Construct with a DeviceProfile."""
+
+    name = "hlsl"
+    capabilities = Capabilities(on_host=False, host_code=False, launch_region=True)
+
+    def __init__(self, profile: DeviceProfile) -> None:
+        self._profile = profile
+        self._device: dict[str, Any] | None = None
+        self._worker = WorkerProcess(_WORKER_MODULE)
+        self._calls = threading.RLock()  # one request to the worker at a time
+
+    def __enter__(self) -> HlslBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ device
+
+    def probe(self) -> DeviceProfile:
+        self._device_info()
+        return self._profile
+
+    def _device_info(self) -> dict[str, Any]:
+        if self._device is None:
+            info = self._start_worker()
+            wanted = str(self._profile.facts.get("vulkan_device", ""))
+            if wanted and wanted.lower() not in str(info["name"]).lower():
+                self._worker.stop()
+                raise BackendUnavailable(
+                    f"no Vulkan device of the {self._profile.name} kind ({wanted}) here: "
+                    f"the first Vulkan device is {info['name']}; choose its profile with "
+                    "--device")
+            self._device = info
+        return self._device
+
+    def _start_worker(self) -> dict[str, Any]:
+        try:
+            self._worker.start()
+            info = self._worker.call({"op": "info"}, _STARTUP_TIMEOUT_S)
+        except (KernelCrash, KernelTimeout) as exc:
+            self._worker.stop()
+            raise BackendUnavailable(_UNAVAILABLE.format(reason=str(exc))) from exc
+        if not info.get("available"):
+            self._worker.stop()
+            raise BackendUnavailable(_UNAVAILABLE.format(reason=info.get("reason", "?")))
+        return info
+
+    def fingerprint(self) -> Mapping[str, str]:
+        info = self._device_info()
+        return {"device": str(info["name"]), "driver": str(info["driver"]),
+                "compiler": find_compiler(self._compiler_choice()).label,
+                "harness": HARNESS_VERSION}
+
+    def _compiler_choice(self) -> str:
+        return str(self._profile.facts.get("hlsl_compiler", "auto"))
+
+    # ------------------------------------------------------------ compile
+
+    def compile(self, context: KernelContext, params: Mapping[str, int], dtype: str,
+                build_dir: str, time_limit_s: float = 0.0) -> Artifact:
+        """<build_dir>/<key>.spv (or an identical build reused); InvalidPoint for a
+        thread group or groupshared memory over the device's limits."""
+        if dtype not in _HLSL_TYPES:
+            raise UserError(f"the HLSL backend supports dtypes {', '.join(_HLSL_TYPES)}, "
+                            f"not {dtype!r}")
+        element, accumulator, sixteen_bit = _HLSL_TYPES[dtype]
+        macro_flags(params, {"DTYPE", "ACC"})  # CompileError for a bad name or value
+        defines: dict[str, str | int] = {"DTYPE": element, "ACC": accumulator, **params}
+        compiler = find_compiler(self._compiler_choice())
+        key = stable_hash({"context": context.content_hash(), "defines": sorted(
+            defines.items()), "compiler": compiler.label, "harness": HARNESS_VERSION})
+
+        def build(path: Any) -> tuple[str, dict[str, int]]:
+            log, found = compile_spirv(compiler, context.source, defines, path,
+                                       time_limit_s, sixteen_bit)
+            x, y, z = found.local_size
+            return log, {"group_x": x, "group_y": y, "group_z": z, "threads": found.threads,
+                         "shared_bytes": found.shared_bytes}
+
+        artifact = built_or_reused(build_dir, key, ".spv", build)
+        self._check_limits(artifact.resources)
+        return artifact
+
+    def _check_limits(self, resources: Mapping[str, int]) -> None:
+        facts = self._profile.facts
+        threads, shared = int(resources["threads"]), int(resources["shared_bytes"])
+        limit = int(facts.get("max_threads_per_group", 1024))
+        if threads > limit:
+            raise InvalidPoint(f"a thread group of {threads} is over the device's {limit}")
+        shared_limit = int(float(facts.get("groupshared_kib", 32)) * 1024)
+        if shared > shared_limit:
+            raise InvalidPoint(f"{shared} bytes of groupshared memory are over the device's "
+                               f"{shared_limit}")
+
+    # ------------------------------------------------------------ run
+
+    def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
+        """Validate at the check sizes and at the size, then time there (every run on
+        fresh inputs and checked), in the Vulkan worker."""
+        self._device_info()
+        context, params = request.context, request.params
+        require_size_constraints(context, params, request.size)
+        resources = artifact.resources
+        message = {
+            "op": "evaluate", "spirv": artifact.path, "launch": dict(context.launch),
+            "params": dict(params),
+            "group": {k: int(resources[k]) for k in ("group_x", "group_y", "group_z")},
+            "spec": spec_to_wire(request.spec), "dtype": request.dtype,
+            "size": request.size.as_dict(),
+            "check_sizes": [s.as_dict() for s in applicable_sizes(context, params,
+                                                                  request.check_sizes)],
+            "config": config_to_wire(request.config),
+        }
+        with self._calls:
+            if not self._worker.running:
+                self._start_worker()
+            reply = self._worker.call(message, request.config.timeout_s)
+        measurement = measurement_from_reply(request.spec, request.size, reply)
+        peak = float(self._profile.peak_gflops.get(request.dtype, 0.0))
+        if peak > 0 and measurement.gflops > _SPEED_MARGIN * peak:
+            raise WrongResult(
+                f"impossible speed at {size_label(request.spec, request.size)}: "
+                f"{measurement.gflops:.1f} GFLOP/s is above {_SPEED_MARGIN:g} x the device "
+                f"peak ({peak:g} GFLOP/s)")
+        return measurement
+
+    def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
+                    config: EvalConfig) -> tuple[str, Measurement]:
+        raise BackendUnavailable(
+            f"the HLSL backend has no vendor library on {self._profile.name}: its ratio "
+            "is to the device's documented peak (not in this version yet)")
+
+    def close(self) -> None:
+        self._worker.stop()
