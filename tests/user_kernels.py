@@ -35,6 +35,6 @@ def one_seed_catalog(folder: Path, name: str, source: str) -> Path:
     spec = (SEEDS / "matmul" / "spec.toml").read_text()
     seed.joinpath("spec.toml").write_text(spec.replace('name = "matmul"', f'name = "{name}"', 1))
     seed.joinpath("naive.c").write_text(source)
-    for other in ("naive.cu", "naive.hip"):  # the spec names the GPU seeds too
+    for other in ("naive.cu", "naive.hip", "naive.hlsl"):  # the spec names the GPU seeds too
         shutil.copy(SEEDS / "matmul" / other, seed / other)
     return folder

@@ -48,7 +48,7 @@ class Outcome:
 def build_catalog(folder: Path, cases: Iterable[Case], mark_dir: Path) -> Path:
     """A catalog with one seed per case: the built-in matmul spec, renamed, C only."""
     spec = (ROOT / "seeds" / "matmul" / "spec.toml").read_text()
-    spec = re.sub(r"(?m)^(?:cuda|hip)\s*=.*\n", "", spec)
+    spec = re.sub(r"(?m)^(?:cuda|hip|hlsl)\s*=.*\n", "", spec)
     for case in cases:
         seed = folder / "seeds" / case.kernel
         seed.mkdir(parents=True, exist_ok=True)

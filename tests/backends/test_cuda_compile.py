@@ -425,7 +425,7 @@ def test_spec_launch_table_reaches_the_seed_context(spec: KernelSpec) -> None:
 def test_spec_launch_with_an_unknown_name_is_a_catalog_error(tmp_path: Path) -> None:
     folder = tmp_path / "matmul"
     folder.mkdir()
-    for name in ("naive.c", "naive.cu", "naive.hip"):
+    for name in ("naive.c", "naive.cu", "naive.hip", "naive.hlsl"):
         (folder / name).write_text((ROOT / "seeds" / "matmul" / name).read_text())
     text = (ROOT / "seeds" / "matmul" / "spec.toml").read_text()
     (folder / "spec.toml").write_text(text.replace('block_x = "16"', 'block_x = "BX"'))
