@@ -116,5 +116,10 @@ def compile_spirv(compiler: HlslCompiler, source: str, defines: Mapping[str, str
         resources = read_resources(module)
     except SpirvError as exc:
         raise CompileError(f"compile error: the SPIR-V cannot be read: {exc}") from None
+    if resources.uniform_buffers:
+        raise CompileError(
+            "compile error: the shader reads a constant buffer, which the HLSL backend does "
+            "not bind: the sizes come as push constants ([[vk::push_constant]] "
+            "ConstantBuffer<Sizes> sizes;)", detail=log)
     output.write_bytes(module)
     return log, resources

@@ -5,7 +5,9 @@ groupshared memory passes the device's limits; both are in the SPIR-V: the entry
 LocalSize execution mode (or LocalSizeId, pointing at constants) and the Workgroup
 storage-class variables, whose sizes follow from their types. The capabilities the
 module declares (Float16, GroupNonUniform*, CooperativeMatrixKHR, ...) say which device
-features it needs. Only what these three need is decoded.
+features it needs; its push-constant block and constant buffers, how it takes the sizes
+(glslang puts a global struct that is not a ConstantBuffer<T> in a constant buffer at
+binding 0, over the first storage buffer). Only what these need is decoded.
 """
 
 from __future__ import annotations
@@ -31,10 +33,14 @@ _OP_TYPE_POINTER = 32
 _OP_CONSTANT = 43
 _OP_SPEC_CONSTANT = 50
 _OP_VARIABLE = 59
+_OP_DECORATE = 71
 # operands
 _MODE_LOCAL_SIZE = 17
 _MODE_LOCAL_SIZE_ID = 38
+_STORAGE_UNIFORM = 2
 _STORAGE_WORKGROUP = 4
+_STORAGE_PUSH_CONSTANT = 9
+_DECORATION_BLOCK = 2  # a uniform (constant) buffer's struct; BufferBlock (3): storage
 _CAPABILITIES = {9: "Float16", 22: "Int16", 39: "Int8", 61: "GroupNonUniform",
                  62: "GroupNonUniformVote", 63: "GroupNonUniformArithmetic",
                  64: "GroupNonUniformBallot", 65: "GroupNonUniformShuffle",
@@ -51,6 +57,8 @@ class SpirvResources:
     local_size: tuple[int, int, int]  # threads per group, x y z
     shared_bytes: int  # groupshared (Workgroup) variables, summed
     capabilities: tuple[str, ...]  # the named ones the module declares
+    push_constant_bytes: int = 0  # the push-constant block's size
+    uniform_buffers: int = 0  # constant buffers (cbuffer, a global struct) it reads
 
     @property
     def threads(self) -> int:
@@ -64,6 +72,9 @@ def read_resources(module: bytes) -> SpirvResources:
     constants: dict[int, int] = {}
     pointers: dict[int, tuple[int, int]] = {}  # pointer type id -> (storage class, pointee)
     shared: list[int] = []  # pointee types of Workgroup variables
+    pushed: list[int] = []  # ... of PushConstant variables
+    uniform: list[int] = []  # ... of Uniform variables
+    blocks: set[int] = set()  # struct types decorated Block
     local: tuple[int, int, int] | None = None
     local_ids: list[int] = []
     capabilities: list[str] = []
@@ -85,12 +96,16 @@ def read_resources(module: bytes) -> SpirvResources:
             pointers[operands[0]] = (operands[1], operands[2])
         elif opcode in (_OP_CONSTANT, _OP_SPEC_CONSTANT) and len(operands) >= 3:
             constants[operands[1]] = operands[2]  # the low word: sizes fit in 32 bits
-        elif opcode == _OP_VARIABLE and len(operands) >= 3 and \
-                operands[2] == _STORAGE_WORKGROUP:
+        elif opcode == _OP_DECORATE and len(operands) >= 2 and \
+                operands[1] == _DECORATION_BLOCK:
+            blocks.add(operands[0])
+        elif opcode == _OP_VARIABLE and len(operands) >= 3 and operands[2] in (
+                _STORAGE_WORKGROUP, _STORAGE_PUSH_CONSTANT, _STORAGE_UNIFORM):
             storage, pointee = pointers.get(operands[0], (-1, -1))
-            if storage != _STORAGE_WORKGROUP:
-                raise SpirvError(f"Workgroup variable %{operands[1]} of unknown type")
-            shared.append(pointee)
+            if storage != operands[2]:
+                raise SpirvError(f"variable %{operands[1]} of unknown type")
+            {_STORAGE_WORKGROUP: shared, _STORAGE_PUSH_CONSTANT: pushed,
+             _STORAGE_UNIFORM: uniform}[storage].append(pointee)
     if local is None and local_ids:
         try:
             local = (constants[local_ids[0]], constants[local_ids[1]],
@@ -100,7 +115,9 @@ def read_resources(module: bytes) -> SpirvResources:
     if local is None:
         raise SpirvError("no LocalSize execution mode: not a compute shader")
     size = sum(_type_bytes(t, types, constants) for t in shared)
-    return SpirvResources(local, size, tuple(dict.fromkeys(capabilities)))
+    push = sum(_type_bytes(t, types, constants) for t in pushed)
+    return SpirvResources(local, size, tuple(dict.fromkeys(capabilities)), push,
+                          sum(1 for t in uniform if t in blocks))
 
 
 def _words(module: bytes) -> tuple[int, ...]:

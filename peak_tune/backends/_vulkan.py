@@ -190,7 +190,10 @@ class VulkanDevice:
         visible = (vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
                    | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
         local = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
-        handle, memory, flags = self._allocate(nbytes, usage, [local | visible, local])
+        # the first device-local type: a discrete GPU's VRAM (not mapped: staged), or on
+        # lavapipe and integrated GPUs memory the host sees too (mapped directly); never
+        # a GPU's small host-visible BAR window before its VRAM
+        handle, memory, flags = self._allocate(nbytes, usage, [local])
         buffer = Buffer(handle, memory, nbytes)
         if flags & visible == visible:
             buffer.mapped = vk.vkMapMemory(self.device, memory, 0, nbytes, 0)
@@ -310,12 +313,8 @@ class VulkanDevice:
         self._begin()
         if flush is not None:
             vk.vkCmdFillBuffer(self.commands, flush.handle, 0, flush.nbytes, flush_value)
-            barrier = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                         srcAccessMask=vk.VK_ACCESS_TRANSFER_WRITE_BIT,
-                                         dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT)
-            vk.vkCmdPipelineBarrier(self.commands, vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
-                                    vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, [barrier],
-                                    0, None, 0, None)
+            self._barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+                          vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, vk.VK_ACCESS_SHADER_READ_BIT)
         vk.vkCmdResetQueryPool(self.commands, self.queries, 0, 2)
         vk.vkCmdBindPipeline(self.commands, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
         vk.vkCmdBindDescriptorSets(self.commands, vk.VK_PIPELINE_BIND_POINT_COMPUTE,
@@ -336,14 +335,33 @@ class VulkanDevice:
         return (int(stamps[1]) - int(stamps[0])) * self.timestamp_period_ns / 1e6
 
     def _begin(self) -> None:
+        """A command buffer that first sees what the host and earlier submissions wrote
+        (submissions in order on one queue are not ordered in memory by themselves)."""
         vk = self._vk
         vk.vkResetCommandBuffer(self.commands, 0)
         vk.vkBeginCommandBuffer(self.commands, vk.VkCommandBufferBeginInfo(
             sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
             flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
+        self._barrier(vk.VK_PIPELINE_STAGE_HOST_BIT | vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                      vk.VK_ACCESS_HOST_WRITE_BIT | vk.VK_ACCESS_MEMORY_WRITE_BIT,
+                      vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                      vk.VK_ACCESS_MEMORY_READ_BIT | vk.VK_ACCESS_MEMORY_WRITE_BIT)
+
+    def _barrier(self, source_stage: int, source_access: int, target_stage: int,
+                 target_access: int) -> None:
+        vk = self._vk
+        barrier = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                     srcAccessMask=source_access, dstAccessMask=target_access)
+        vk.vkCmdPipelineBarrier(self.commands, source_stage, target_stage, 0, 1, [barrier],
+                                0, None, 0, None)
 
     def _submit_and_wait(self, timeout_ns: int = 600 * 10**9) -> None:
+        """End the command buffer with its writes made visible to the host (a GPU's
+        caches written back: mapped memory is read from the device's memory), submit it,
+        wait for it."""
         vk = self._vk
+        self._barrier(vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, vk.VK_ACCESS_MEMORY_WRITE_BIT,
+                      vk.VK_PIPELINE_STAGE_HOST_BIT, vk.VK_ACCESS_HOST_READ_BIT)
         vk.vkEndCommandBuffer(self.commands)
         vk.vkResetFences(self.device, 1, [self.fence])
         vk.vkQueueSubmit(self.queue, 1, [vk.VkSubmitInfo(

@@ -17,7 +17,7 @@
 #endif
 
 struct Sizes { uint M; uint N; uint K; };
-[[vk::push_constant]] Sizes sizes;
+[[vk::push_constant]] ConstantBuffer<Sizes> sizes;
 
 [[vk::binding(0)]] StructuredBuffer<DTYPE> A;
 [[vk::binding(1)]] StructuredBuffer<DTYPE> B;

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED = (ROOT / "seeds" / "matmul" / "naive.hlsl").read_text()
 TILED = """\
 struct Sizes { uint M; uint N; uint K; };
-[[vk::push_constant]] Sizes sizes;
+[[vk::push_constant]] ConstantBuffer<Sizes> sizes;
 [[vk::binding(0)]] StructuredBuffer<float> A;
 [[vk::binding(1)]] StructuredBuffer<float> B;
 [[vk::binding(2)]] RWStructuredBuffer<float> C;
@@ -135,3 +135,16 @@ def test_shaders_run_on_the_vulkan_device_and_match_numpy(source, defines, tmp_p
         got = device.read(buffers[2], np.float32, m * n).reshape(m, n)
     assert ms > 0
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+@needs_compiler
+def test_sizes_in_a_constant_buffer_are_refused(tmp_path):
+    """glslang puts a global struct without ConstantBuffer<> in a constant buffer at
+    binding 0, over A: lavapipe happened to compute right with it, NVIDIA's driver read
+    zeros. The backend binds push constants only, and says so."""
+    global_struct = SEED.replace("[[vk::push_constant]] ConstantBuffer<Sizes> sizes;",
+                                 "[[vk::push_constant]] Sizes sizes;")
+    with pytest.raises(CompileError, match="reads a constant buffer.*push constants"):
+        compile_spirv(find_compiler(), global_struct, {}, tmp_path / "g.spv")
+    _, resources = compile_spirv(find_compiler(), SEED, {}, tmp_path / "s.spv")
+    assert resources.push_constant_bytes == 12 and resources.uniform_buffers == 0

@@ -1,0 +1,111 @@
+"""The HLSL backend on a GPU through Vulkan, beside cuBLAS in the same run.
+
+Builds the naive seed shader and a 16x16 groupshared-tile shader with the HLSL backend
+(glslang or DXC -> SPIR-V), validates and times them through Vulkan with the backend's
+own harness at each size, and times cuBLAS (the CUDA backend's vendor) at the same
+sizes in the same process, on the first NVIDIA GPU. Writes JSON to --out and prints one
+line per row. Needs the Vulkan loader and NVIDIA's ICD (../shared/PERF.md) and CuPy.
+
+    python3 benchmarks/hlsl_vulkan_check.py --device h200 --sizes 1024,4096
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
+from peak_tune.backends.cuda import CudaBackend  # noqa: E402
+from peak_tune.backends.hlsl import HlslBackend  # noqa: E402
+from peak_tune.catalog.loaders import load_device, load_spec  # noqa: E402
+from peak_tune.core import KernelContext, ProblemSize  # noqa: E402
+
+TILED = """\
+struct Sizes { uint M; uint N; uint K; };
+[[vk::push_constant]] ConstantBuffer<Sizes> sizes;
+[[vk::binding(0)]] StructuredBuffer<float> A;
+[[vk::binding(1)]] StructuredBuffer<float> B;
+[[vk::binding(2)]] RWStructuredBuffer<float> C;
+groupshared float As[TILE][TILE];
+groupshared float Bs[TILE][TILE + 1];
+[numthreads(TILE, TILE, 1)]
+void main(uint3 id : SV_DispatchThreadID, uint3 t : SV_GroupThreadID) {
+    float acc = 0;
+    for (uint k0 = 0; k0 < sizes.K; k0 += TILE) {
+        As[t.y][t.x] = (id.y < sizes.M && k0 + t.x < sizes.K) ? A[id.y * sizes.K + k0 + t.x] : 0;
+        Bs[t.y][t.x] = (k0 + t.y < sizes.K && id.x < sizes.N) ? B[(k0 + t.y) * sizes.N + id.x] : 0;
+        GroupMemoryBarrierWithGroupSync();
+        for (uint k = 0; k < TILE; k++) acc += As[t.y][k] * Bs[k][t.x];
+        GroupMemoryBarrierWithGroupSync();
+    }
+    if (id.y < sizes.M && id.x < sizes.N) C[id.y * sizes.N + id.x] = acc;
+}
+"""
+LAUNCH = {"grid_x": "ceil_div(N, group_x)", "grid_y": "ceil_div(M, group_y)"}
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=ROOT, check=False).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="h200")
+    parser.add_argument("--sizes", default="1024,4096")
+    parser.add_argument("--out", default="hlsl_vulkan_check.json")
+    args = parser.parse_args()
+    spec = load_spec(ROOT / "seeds" / "matmul")
+    gpu = load_device(ROOT / "backends" / "devices" / f"{args.device}.toml")
+    # the same GPU seen through Vulkan ("NVIDIA H200"), with Vulkan's thread-group limits
+    through_vulkan = dataclasses.replace(gpu, facts={
+        **gpu.facts, "vulkan_device": args.device.upper(), "max_threads_per_group": 1024,
+        "groupshared_kib": 48})
+    config = EvalConfig(timeout_s=300.0)
+    shaders = [("naive seed, 16x16 group", spec.sources["hlsl"], {}),
+               ("16x16 groupshared tiles", TILED, {"TILE": 16})]
+    rows = []
+    build = tempfile.mkdtemp(prefix="peak-tune-hlsl-check-")
+    with HlslBackend(through_vulkan) as hlsl, CudaBackend(gpu) as cuda:
+        device = hlsl.fingerprint()
+        for n in (int(s) for s in args.sizes.split(",")):
+            size = ProblemSize.of({"M": n, "N": n, "K": n})
+            name, vendor = cuda.time_vendor(spec, "float32", size, config)
+            for label, source, params in shaders:
+                context = KernelContext(kernel="matmul", backend="hlsl", source=source,
+                                        entry="main", launch=dict(LAUNCH))
+                artifact = hlsl.compile(context, params, "float32", build)
+                started = time.perf_counter()
+                measured = hlsl.evaluate(artifact, EvalRequest(
+                    spec, context, params, "float32", size, spec.check_sizes, config))
+                row = {"size": n, "shader": label, "gflops": measured.gflops,
+                       "samples_ms": list(measured.samples_ms),
+                       "evaluation_s": time.perf_counter() - started,
+                       "vendor": name, "vendor_gflops": vendor.gflops,
+                       "ratio": measured.gflops / vendor.gflops,
+                       "of_peak": measured.gflops / gpu.peak_gflops["float32"]}
+                rows.append(row)
+                print(f"{n:5d}  {label:26s} {measured.gflops:9.1f} GFLOP/s  cuBLAS "
+                      f"{vendor.gflops:9.1f}  ratio {row['ratio']:.3f}  "
+                      f"{100 * row['of_peak']:.1f}% of peak", flush=True)
+    result = {"benchmark": "hlsl_vulkan_check", "date": time.strftime("%Y-%m-%d"),
+              "device": device, "commit": _commit(),
+              "command": " ".join(["python3", *sys.argv]), "rows": rows}
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
