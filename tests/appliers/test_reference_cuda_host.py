@@ -43,4 +43,4 @@ def test_fp32_kernels_are_correct_on_the_host(kernel, size, cuda_catalog, cuda_s
                                               tmp_path: Path):
     context = build(cuda_seed, SEQUENCES[kernel], cuda_catalog, h200)
     params = {p.name: POINT[p.name] for p in context.params}
-    run_on_host(context, params, size, tmp_path)
+    run_on_host(context, params, (size,), tmp_path)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import subprocess
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,6 +52,7 @@ from peak_tune.errors import ApplyError, CompileError, InvalidPoint
 from peak_tune.expr import evaluate_bool
 from peak_tune.pipeline import seed_context
 from tests.appliers.conftest import build_cuda as build
+from tests.appliers.cuda_host import run_on_host
 from tests.appliers.test_reference_cuda import tuning_point
 from tests.appliers.test_reference_hip import needs_amd_clang
 
@@ -323,68 +323,12 @@ def test_a_float64_build_fails_with_the_reason(seed, catalog, mi250, tmp_path):
 
 # ---------------------------------------------------------------- run on the host
 
-_MAIN = r"""
-#include <cstdio>
-%(kernel)s
-int main(int argc, char **argv) {
-    const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]), guard = atoi(argv[4]);
-    const dim3 grid{(unsigned)atoi(argv[5]), (unsigned)atoi(argv[6]), (unsigned)atoi(argv[7])};
-    const dim3 block{(unsigned)atoi(argv[8]), (unsigned)atoi(argv[9]), (unsigned)atoi(argv[10])};
-    std::vector<float> a((size_t)M * K), b((size_t)K * N), c((size_t)M * N + 2 * guard);
-    FILE *in = fopen(argv[11], "rb");
-    if (fread(a.data(), 4, a.size(), in) != a.size() || fread(b.data(), 4, b.size(), in) != b.size()
-        || fread(c.data(), 4, c.size(), in) != c.size()) return 2;
-    fclose(in);
-    std::vector<DTYPE> ad(a.begin(), a.end()), bd(b.begin(), b.end()), cd(c.begin(), c.end());
-    pt_host_launch(grid, block,
-                   [&] { %(entry)s(ad.data(), bd.data(), cd.data() + guard, M, N, K); });
-    for (size_t i = 0; i < c.size(); ++i) c[i] = (float)cd[i];
-    FILE *out = fopen(argv[12], "wb");
-    fwrite(c.data(), 4, c.size(), out);
-    fclose(out);
-    return 0;
-}
-"""
-_HOST_TYPES = {"float32": ("float", np.float32, 1e-5), "float16": ("__half", np.float16, 2e-3)}
-_GUARD, _SENTINEL = 256, 1024.0
-
-
 def _run_on_host(context: KernelContext, params: Mapping[str, int], dtype: str,
                  sizes: tuple[tuple[int, int, int], ...], folder: Path) -> None:
-    """Build the kernel for the host at `params`, run it at each size and assert that C is
-    right (to the element type's accuracy) and that nothing outside C was written."""
-    element, np_type, tolerance = _HOST_TYPES[dtype]
-    program, binary = folder / "kernel.cpp", folder / f"kernel-{dtype}"
-    program.write_text(_MAIN % {"kernel": context.source, "entry": context.entry})
-    flags = [f"-D{name}={value}" for name, value in sorted(params.items())]
+    """The kernel on the host through the HIP shim (tests/fixtures/hip_host), with clang."""
     assert HOST_CLANG is not None
-    built = subprocess.run([HOST_CLANG, "-std=c++20", "-O1", "-pthread", f"-I{HOST_SHIM}",
-                            f"-DDTYPE={element}", "-DACC=float", *flags, str(program), "-o",
-                            str(binary)], capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr[-4000:]
-    rng = np.random.default_rng(0)
-    for m, n, k in sizes:
-        geometry = evaluate_launch(context.launch, {**params, "M": m, "N": n, "K": k})
-        assert geometry.shared_bytes == 0, "the host shim runs static shared memory only"
-        # inputs exactly representable in the element type: the check sees only the sums
-        a = rng.uniform(-1, 1, (m, k)).astype(np_type).astype(np.float32)
-        b = rng.uniform(-1, 1, (k, n)).astype(np_type).astype(np.float32)
-        c = np.full(m * n + 2 * _GUARD, np.nan, np.float32)
-        c[:_GUARD] = c[-_GUARD:] = _SENTINEL
-        inputs, output = folder / "in.bin", folder / "out.bin"
-        inputs.write_bytes(a.tobytes() + b.tobytes() + c.tobytes())
-        subprocess.run([str(binary), str(m), str(n), str(k), str(_GUARD),
-                        *map(str, geometry.grid), *map(str, geometry.block), str(inputs),
-                        str(output)], check=True, timeout=300)
-        got = np.frombuffer(output.read_bytes(), np.float32)
-        assert (got[:_GUARD] == _SENTINEL).all() and (got[-_GUARD:] == _SENTINEL).all(), \
-            f"wrote outside C at {m}x{n}x{k}"
-        expected = a.astype(np.float64) @ b.astype(np.float64)
-        scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
-        error = np.abs(got[_GUARD:-_GUARD].reshape(m, n) - expected)
-        wrong = ~(error <= tolerance * scale + 1e-6)
-        assert np.isfinite(got).all() and not wrong.any(), \
-            f"{dtype}: wrong result at {m}x{n}x{k}: {int(wrong.sum())} elements"
+    run_on_host(context, params, sizes, folder, compiler=(HOST_CLANG, f"-I{HOST_SHIM}"),
+                dtype=dtype)
 
 
 HOST_POINTS = (  # (sequence, point): static LDS only, a few waves (a thread per lane)
