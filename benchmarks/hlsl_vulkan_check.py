@@ -29,27 +29,7 @@ from peak_tune.backends.hlsl import HlslBackend  # noqa: E402
 from peak_tune.catalog.loaders import load_device, load_spec  # noqa: E402
 from peak_tune.core import KernelContext, ProblemSize  # noqa: E402
 
-TILED = """\
-struct Sizes { uint M; uint N; uint K; };
-[[vk::push_constant]] ConstantBuffer<Sizes> sizes;
-[[vk::binding(0)]] StructuredBuffer<float> A;
-[[vk::binding(1)]] StructuredBuffer<float> B;
-[[vk::binding(2)]] RWStructuredBuffer<float> C;
-groupshared float As[TILE][TILE];
-groupshared float Bs[TILE][TILE + 1];
-[numthreads(TILE, TILE, 1)]
-void main(uint3 id : SV_DispatchThreadID, uint3 t : SV_GroupThreadID) {
-    float acc = 0;
-    for (uint k0 = 0; k0 < sizes.K; k0 += TILE) {
-        As[t.y][t.x] = (id.y < sizes.M && k0 + t.x < sizes.K) ? A[id.y * sizes.K + k0 + t.x] : 0;
-        Bs[t.y][t.x] = (k0 + t.y < sizes.K && id.x < sizes.N) ? B[(k0 + t.y) * sizes.N + id.x] : 0;
-        GroupMemoryBarrierWithGroupSync();
-        for (uint k = 0; k < TILE; k++) acc += As[t.y][k] * Bs[k][t.x];
-        GroupMemoryBarrierWithGroupSync();
-    }
-    if (id.y < sizes.M && id.x < sizes.N) C[id.y * sizes.N + id.x] = acc;
-}
-"""
+TILED = (ROOT / "tests" / "fixtures" / "hlsl" / "tiled.hlsl").read_text()  # a test fixture too
 LAUNCH = {"grid_x": "ceil_div(N, group_x)", "grid_y": "ceil_div(M, group_y)"}
 
 

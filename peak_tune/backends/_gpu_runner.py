@@ -1,6 +1,7 @@
-"""The GPU runtime the CUDA and HIP backends share: one worker process (peak_tune.
-backends._cuda_worker, CuPy on CUDA or, in CuPy's ROCm build, on HIP) that validates and
-times kernels and the vendor library, checked against the device profile when it starts.
+"""The device runtime the GPU backends share: one worker process that validates and
+times kernels (and the vendor library), checked against the device profile when it
+starts. CUDA and HIP use peak_tune.backends._cuda_worker (CuPy on CUDA or, in CuPy's ROCm
+build, on HIP); HLSL uses peak_tune.backends._hlsl_worker (Vulkan).
 
 A backend brings its toolchain (what it compiles to: a cubin, an AMD code object) and
 the request for one evaluation; the runner starts the worker, says in one line why it
@@ -62,23 +63,26 @@ def evaluation_message(artifact: Artifact, request: EvalRequest,
 
 
 class GpuRunner:
-    """One GPU worker for one backend instance (device 0 of what the runtime shows)."""
+    """One device worker for one backend instance (device 0 of what the runtime shows)."""
 
-    def __init__(self, profile: DeviceProfile, unavailable: str,
-                 check_device: DeviceCheck) -> None:
-        """`unavailable`: the line for a missing GPU or CuPy, with "{reason}" in it."""
+    def __init__(self, profile: DeviceProfile, unavailable: str, check_device: DeviceCheck,
+                 worker_module: str = WORKER_MODULE, package: str = "cupy") -> None:
+        """`unavailable`: the line for a missing device or `package` (what the worker
+        imports), with "{reason}" in it."""
         self._profile = profile
         self._unavailable = unavailable
         self._check_device = check_device
+        self._package = package
         self._device: dict[str, Any] | None = None
-        self.worker = WorkerProcess(WORKER_MODULE)
+        self.worker = WorkerProcess(worker_module)
         self._calls = threading.RLock()
 
     def info(self) -> dict[str, Any]:
         """The worker's device, once it is found and is the profile's."""
         if self._device is None:
-            if importlib.util.find_spec("cupy") is None:
-                raise BackendUnavailable(self._unavailable.format(reason="cupy is not installed"))
+            if importlib.util.find_spec(self._package) is None:
+                raise BackendUnavailable(self._unavailable.format(
+                    reason=f"{self._package} is not installed"))
             info = self._start()
             try:
                 self._check_device(info)
@@ -120,7 +124,8 @@ class GpuRunner:
 
     def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
                     config: EvalConfig) -> tuple[str, Measurement]:
-        """The vendor's GEMM (cuBLAS, hipBLAS), checked and timed like a variant."""
+        """The vendor's GEMM (cuBLAS, hipBLAS), checked and timed like a variant (CUDA's
+        worker)."""
         self.info()
         message = {"op": "vendor", "spec": spec_to_wire(spec), "dtype": dtype,
                    "size": size.as_dict(), "config": config_to_wire(config)}

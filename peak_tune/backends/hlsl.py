@@ -17,38 +17,31 @@ group_z, read from the SPIR-V).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from peak_tune.backends._files import built_or_reused
+from peak_tune.backends._gpu_runner import GpuRunner
 from peak_tune.backends._hlsl_compile import compile_spirv, find_compiler
 from peak_tune.backends._wire import (
     config_to_wire,
     macro_flags,
-    measurement_from_reply,
     spec_to_wire,
 )
-from peak_tune.backends._worker import WorkerProcess
 from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
 from peak_tune.errors import (
     BackendUnavailable,
     InvalidPoint,
-    KernelCrash,
-    KernelTimeout,
     UserError,
-    WrongResult,
 )
-from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
+from peak_tune.validation import applicable_sizes, require_size_constraints
 
 __all__ = ["HARNESS_VERSION", "HlslBackend"]
 
 HARNESS_VERSION = "hlsl-1"
 _WORKER_MODULE = "peak_tune.backends._hlsl_worker"
-_STARTUP_TIMEOUT_S = 120.0
-_SPEED_MARGIN = 1.1
 # dtype -> (DTYPE, ACC, 16-bit types on). fp16 shaders compile (half, fp32 accumulation)
 # but need the device's 16-bit storage feature turned on, which the runtime does not yet.
 _HLSL_TYPES = {"float32": ("float", "float", False)}
@@ -65,9 +58,8 @@ class HlslBackend:
 
     def __init__(self, profile: DeviceProfile) -> None:
         self._profile = profile
-        self._device: dict[str, Any] | None = None
-        self._worker = WorkerProcess(_WORKER_MODULE)
-        self._calls = threading.RLock()  # one request to the worker at a time
+        self._runner = GpuRunner(profile, _UNAVAILABLE, self._check_device, _WORKER_MODULE,
+                                 package="vulkan")
 
     def __enter__(self) -> HlslBackend:
         return self
@@ -78,36 +70,18 @@ class HlslBackend:
     # ------------------------------------------------------------ device
 
     def probe(self) -> DeviceProfile:
-        self._device_info()
+        self._runner.info()
         return self._profile
 
-    def _device_info(self) -> dict[str, Any]:
-        if self._device is None:
-            info = self._start_worker()
-            wanted = str(self._profile.facts.get("vulkan_device", ""))
-            if wanted and wanted.lower() not in str(info["name"]).lower():
-                self._worker.stop()
-                raise BackendUnavailable(
-                    f"no Vulkan device of the {self._profile.name} kind ({wanted}) here: "
-                    f"the first Vulkan device is {info['name']}; choose its profile with "
-                    "--device")
-            self._device = info
-        return self._device
-
-    def _start_worker(self) -> dict[str, Any]:
-        try:
-            self._worker.start()
-            info = self._worker.call({"op": "info"}, _STARTUP_TIMEOUT_S)
-        except (KernelCrash, KernelTimeout) as exc:
-            self._worker.stop()
-            raise BackendUnavailable(_UNAVAILABLE.format(reason=str(exc))) from exc
-        if not info.get("available"):
-            self._worker.stop()
-            raise BackendUnavailable(_UNAVAILABLE.format(reason=info.get("reason", "?")))
-        return info
+    def _check_device(self, info: Mapping[str, Any]) -> None:
+        wanted = str(self._profile.facts.get("vulkan_device", ""))
+        if wanted and wanted.lower() not in str(info["name"]).lower():
+            raise BackendUnavailable(
+                f"no Vulkan device of the {self._profile.name} kind ({wanted}) here: the "
+                f"first Vulkan device is {info['name']}; choose its profile with --device")
 
     def fingerprint(self) -> Mapping[str, str]:
-        info = self._device_info()
+        info = self._runner.info()
         return {"device": str(info["name"]), "driver": str(info["driver"]),
                 "compiler": find_compiler(self._compiler_choice()).label,
                 "harness": HARNESS_VERSION}
@@ -158,7 +132,6 @@ class HlslBackend:
     def evaluate(self, artifact: Artifact, request: EvalRequest) -> Measurement:
         """Validate at the check sizes and at the size, then time there (every run on
         fresh inputs and checked), in the Vulkan worker."""
-        self._device_info()
         context, params = request.context, request.params
         require_size_constraints(context, params, request.size)
         resources = artifact.resources
@@ -172,18 +145,7 @@ class HlslBackend:
                                                                   request.check_sizes)],
             "config": config_to_wire(request.config),
         }
-        with self._calls:
-            if not self._worker.running:
-                self._start_worker()
-            reply = self._worker.call(message, request.config.timeout_s)
-        measurement = measurement_from_reply(request.spec, request.size, reply)
-        peak = float(self._profile.peak_gflops.get(request.dtype, 0.0))
-        if peak > 0 and measurement.gflops > _SPEED_MARGIN * peak:
-            raise WrongResult(
-                f"impossible speed at {size_label(request.spec, request.size)}: "
-                f"{measurement.gflops:.1f} GFLOP/s is above {_SPEED_MARGIN:g} x the device "
-                f"peak ({peak:g} GFLOP/s)")
-        return measurement
+        return self._runner.evaluate(message, request)
 
     def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
                     config: EvalConfig) -> tuple[str, Measurement]:
@@ -192,4 +154,4 @@ class HlslBackend:
             "is to the device's documented peak (not in this version yet)")
 
     def close(self) -> None:
-        self._worker.stop()
+        self._runner.close()

@@ -20,27 +20,7 @@ pytestmark = pytest.mark.hlsl
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = (ROOT / "seeds" / "matmul" / "naive.hlsl").read_text()
-TILED = """\
-struct Sizes { uint M; uint N; uint K; };
-[[vk::push_constant]] ConstantBuffer<Sizes> sizes;
-[[vk::binding(0)]] StructuredBuffer<float> A;
-[[vk::binding(1)]] StructuredBuffer<float> B;
-[[vk::binding(2)]] RWStructuredBuffer<float> C;
-groupshared float As[TILE][TILE];
-groupshared float Bs[TILE][TILE + 1];
-[numthreads(TILE, TILE, 1)]
-void main(uint3 id : SV_DispatchThreadID, uint3 t : SV_GroupThreadID) {
-    float acc = 0;
-    for (uint k0 = 0; k0 < sizes.K; k0 += TILE) {
-        As[t.y][t.x] = (id.y < sizes.M && k0 + t.x < sizes.K) ? A[id.y * sizes.K + k0 + t.x] : 0;
-        Bs[t.y][t.x] = (k0 + t.y < sizes.K && id.x < sizes.N) ? B[(k0 + t.y) * sizes.N + id.x] : 0;
-        GroupMemoryBarrierWithGroupSync();
-        for (uint k = 0; k < TILE; k++) acc += As[t.y][k] * Bs[k][t.x];
-        GroupMemoryBarrierWithGroupSync();
-    }
-    if (id.y < sizes.M && id.x < sizes.N) C[id.y * sizes.N + id.x] = acc;
-}
-"""
+TILED = (ROOT / "tests" / "fixtures" / "hlsl" / "tiled.hlsl").read_text()
 
 
 def _compilers() -> list[str]:

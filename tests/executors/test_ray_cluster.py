@@ -39,24 +39,14 @@ def _ray_node(*args: str) -> subprocess.Popen[bytes]:
 
 @pytest.fixture
 def two_node_cluster() -> Iterator[str]:
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    nodes = [_ray_node("--head", f"--port={port}", "--include-dashboard=false")]
+    address, head = _cluster_of_one()
+    nodes = [head]
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
         nodes.append(_ray_node(f"--address={address}"))
         yield address
     finally:
         for node in nodes:
-            os.killpg(node.pid, signal.SIGTERM)
-        for node in nodes:
-            node.wait(timeout=60)
+            _stop(node)
 
 
 def test_a_run_on_a_two_node_cluster_uses_a_worker_on_each(two_node_cluster: str,
@@ -76,6 +66,7 @@ def test_a_run_on_a_two_node_cluster_uses_a_worker_on_each(two_node_cluster: str
 
 
 def _cluster_of_one(*args: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """A head node on loopback (`args` added to `ray start`), once its port answers."""
     port = _free_port()
     node = _ray_node("--head", f"--port={port}", "--include-dashboard=false", *args)
     deadline = time.monotonic() + 60
