@@ -62,7 +62,7 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
                 type(exc).__name__}
     return {"available": True, "name": device.name, "driver": str(device.driver_version),
             "max_threads": device.max_invocations, "max_shared_bytes": device.max_shared_bytes,
-            "robust": device.robust}
+            "robust": device.robust, "storage16": device.storage16}
 
 
 class _Bound:

@@ -125,14 +125,25 @@ class VulkanDevice:
                                            queueFamilyIndex=self.family, queueCount=1,
                                            pQueuePriorities=priorities)
         # robust buffer access: a shader's reads and writes past its buffers stay inside
-        # them (on lavapipe the shader runs in this process: it must not reach the rest)
-        supported = vk.vkGetPhysicalDeviceFeatures(self.physical)
-        self.robust = bool(supported.robustBufferAccess)
-        features = vk.VkPhysicalDeviceFeatures(robustBufferAccess=vk.VK_TRUE if self.robust
-                                               else vk.VK_FALSE)
+        # them (on lavapipe the shader runs in this process: it must not reach the rest);
+        # 16-bit storage: fp16 buffers (half in HLSL), where the device has it
+        storage16 = vk.VkPhysicalDevice16BitStorageFeatures(
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES)
+        supported = vk.VkPhysicalDeviceFeatures2(
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=storage16)
+        vk.vkGetPhysicalDeviceFeatures2(self.physical, supported)
+        self.robust = bool(supported.features.robustBufferAccess)
+        self.storage16 = bool(storage16.storageBuffer16BitAccess)
+        wanted16 = vk.VkPhysicalDevice16BitStorageFeatures(
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
+            storageBuffer16BitAccess=vk.VK_TRUE if self.storage16 else vk.VK_FALSE)
+        features = vk.VkPhysicalDeviceFeatures2(
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=wanted16,
+            features=vk.VkPhysicalDeviceFeatures(
+                robustBufferAccess=vk.VK_TRUE if self.robust else vk.VK_FALSE))
         info = vk.VkDeviceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                                     queueCreateInfoCount=1, pQueueCreateInfos=[queue],
-                                     pEnabledFeatures=features)
+                                     pNext=features, queueCreateInfoCount=1,
+                                     pQueueCreateInfos=[queue])
         self.device = vk.vkCreateDevice(self.physical, info, None)
         self.queue = vk.vkGetDeviceQueue(self.device, self.family, 0)
         self._memory = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)

@@ -42,9 +42,9 @@ __all__ = ["HARNESS_VERSION", "HlslBackend"]
 
 HARNESS_VERSION = "hlsl-1"
 _WORKER_MODULE = "peak_tune.backends._hlsl_worker"
-# dtype -> (DTYPE, ACC, 16-bit types on). fp16 shaders compile (half, fp32 accumulation)
-# but need the device's 16-bit storage feature turned on, which the runtime does not yet.
-_HLSL_TYPES = {"float32": ("float", "float", False)}
+# dtype -> (DTYPE, ACC, 16-bit types on): fp16 is half in and out with fp32 accumulation,
+# in buffers of the device's 16-bit storage
+_HLSL_TYPES = {"float32": ("float", "float", False), "float16": ("half", "float", True)}
 _UNAVAILABLE = ("the HLSL backend needs a Vulkan driver and the vulkan package: pip "
                 "install 'peak-tune[hlsl]' and a driver (Debian: mesa-vulkan-drivers for "
                 "lavapipe on the CPU) ({reason})")
@@ -134,6 +134,9 @@ class HlslBackend:
         fresh inputs and checked), in the Vulkan worker."""
         context, params = request.context, request.params
         require_size_constraints(context, params, request.size)
+        if request.dtype == "float16" and not self._runner.info().get("storage16"):
+            raise BackendUnavailable(f"{self._runner.info()['name']} has no 16-bit storage "
+                                     "buffers (storageBuffer16BitAccess): no fp16 here")
         resources = artifact.resources
         message = {
             "op": "evaluate", "spirv": artifact.path, "launch": dict(context.launch),

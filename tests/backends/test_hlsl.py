@@ -54,11 +54,12 @@ def shader(source: str) -> KernelContext:
 
 
 def run(backend: HlslBackend, spec: KernelSpec, source: str, params: dict[str, int],
-        tmp_path: Path, config: EvalConfig = CONFIG) -> float:
+        tmp_path: Path, config: EvalConfig = CONFIG, dtype: str = "float32",
+        size: ProblemSize = SIZE) -> float:
     context = shader(source)
-    artifact = backend.compile(context, params, "float32", str(tmp_path))
-    request = EvalRequest(spec=spec, context=context, params=params, dtype="float32",
-                          size=SIZE, check_sizes=CHECKS, config=config)
+    artifact = backend.compile(context, params, dtype, str(tmp_path))
+    request = EvalRequest(spec=spec, context=context, params=params, dtype=dtype,
+                          size=size, check_sizes=CHECKS, config=config)
     measurement = backend.evaluate(artifact, request)
     assert len(measurement.samples_ms) == config.repeats
     return measurement.gflops
@@ -70,6 +71,19 @@ def test_the_seed_validates_and_times_on_the_vulkan_device(backend, spec, tmp_pa
     fingerprint = backend.fingerprint()
     assert "llvmpipe" in fingerprint["device"]
     assert fingerprint["compiler"].split()[0] in ("dxc", "glslang")
+
+
+def test_fp16_runs_in_16_bit_buffers_and_is_held_to_fp16s_tolerance(backend, spec,
+                                                                     tmp_path):
+    """half in and out, fp32 accumulation: validated like CUDA's fp16; a shader that
+    accumulates in half fails the tolerance at the check size."""
+    long_k = ProblemSize.of({"M": 64, "N": 64, "K": 1024})
+    assert run(backend, spec, SEED, {}, tmp_path, dtype="float16", size=long_k) > 0
+    # glslang builds no half from a literal: the zero comes from the inputs
+    half_sum = (SEED.replace("ACC acc = 0;", "half acc = A[0] - A[0];")
+                .replace("(ACC)A[", "A[").replace("(ACC)B[", "B["))
+    with pytest.raises(WrongResult, match="wrong result at"):  # 13x11x17 or 64x64x1024
+        run(backend, spec, half_sum, {}, tmp_path, dtype="float16", size=long_k)
 
 
 def test_a_second_build_of_the_same_point_is_reused(backend, tmp_path):
