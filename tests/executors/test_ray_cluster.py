@@ -84,45 +84,42 @@ def _stop(node: subprocess.Popen[bytes]) -> None:
     node.wait(timeout=60)
 
 
-def _amd_study(address: str, results: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "peak_tune.cli", "--trials", "500", "--device", "mi250",
-         "--ray-address", address, "--results", str(results)],
-        capture_output=True, text=True, timeout=300, env=CLUSTER_ENV)
+def _amd_study_refused(results: Path, *node_args: str) -> tuple[str, str]:
+    """`peak-tune --trials 500 --device mi250` sent to a one-node cluster started with
+    `node_args`: it must end in one line, exit status 2 and no results folder; the
+    cluster's address and that line."""
+    address, node = _cluster_of_one(*node_args)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "peak_tune.cli", "--trials", "500", "--device", "mi250",
+             "--ray-address", address, "--results", str(results)],
+            capture_output=True, text=True, timeout=300, env=CLUSTER_ENV)
+    finally:
+        _stop(node)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert not results.exists()
+    return address, lines[0]
 
 
 def test_a_cluster_without_the_devices_kind_is_one_line_and_nothing_created(
         tmp_path: Path) -> None:
     """`--device mi250 --ray-address` on a cluster whose nodes have no MI250: one line
     naming the Ray resource and what the nodes have, exit 2, no results folder."""
-    address, node = _cluster_of_one()
-    try:
-        done = _amd_study(address, tmp_path / "results")
-    finally:
-        _stop(node)
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    address, line = _amd_study_refused(tmp_path / "results")
     assert (f"no GPU of the mi250 kind (gfx90a) is visible here or in the Ray cluster at "
-            f"{address}") in lines[0]
-    assert "accelerator_type:AMD-Instinct-MI250X-MI250" in lines[0]
-    assert "its nodes have no GPU" in lines[0]
-    assert not (tmp_path / "results").exists()
+            f"{address}") in line
+    assert "accelerator_type:AMD-Instinct-MI250X-MI250" in line
+    assert "its nodes have no GPU" in line
 
 
 def test_the_device_is_probed_on_the_node_that_has_its_kind(tmp_path: Path) -> None:
     """A node labelled with the MI250's Ray resource gets the probe, and says what it
     found (this machine has no AMD GPU): the driver itself needs none, and asks no
     device here."""
-    address, node = _cluster_of_one(
-        "--num-gpus=1", '--resources={"accelerator_type:AMD-Instinct-MI250X-MI250": 1}')
-    try:
-        done = _amd_study(address, tmp_path / "results")
-    finally:
-        _stop(node)
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert lines[0].startswith(f"peak-tune: error: on the Ray cluster at {address}: "), lines[0]
-    assert "no AMD GPU of the mi250 kind (gfx90a)" in lines[0]
-    assert not (tmp_path / "results").exists()
+    address, line = _amd_study_refused(
+        tmp_path / "results", "--num-gpus=1",
+        '--resources={"accelerator_type:AMD-Instinct-MI250X-MI250": 1}')
+    assert line.startswith(f"peak-tune: error: on the Ray cluster at {address}: "), line
+    assert "no AMD GPU of the mi250 kind (gfx90a)" in line
