@@ -19,6 +19,7 @@ from peak_tune.errors import ApplyError, InvalidPoint
 from .c_matmul import CMatmul
 from .change import ReferenceChange
 from .cuda_matmul import CudaMatmul, HipMatmul
+from .hlsl_matmul import HlslMatmul
 
 __all__ = ["IMPLEMENTATIONS", "ReferenceApplier", "ReferenceChange", "ReferenceKernel"]
 
@@ -41,6 +42,7 @@ IMPLEMENTATIONS: Mapping[tuple[str, str], ReferenceKernel] = {
     ("c", "matmul"): CMatmul(),
     ("cuda", "matmul"): CudaMatmul(),
     ("hip", "matmul"): HipMatmul(),
+    ("hlsl", "matmul"): HlslMatmul(),
 }
 
 

@@ -2,7 +2,8 @@
 
 One plan prints as CUDA or, from the HIP seed (`hip`), as HIP: the SIMT parts are the
 same in both; the NVIDIA-only parts (NVIDIA_ONLY) cannot be in a HIP plan, the AMD-only
-ones (AMD_ONLY: MFMA) only in one.
+ones (AMD_ONLY: MFMA) only in one. From the HLSL seed (`hlsl`) it prints as a compute
+shader (reference/hlsl_matmul), with the SIMT parts of HLSL_PARTS only.
 
 After `refactor` the kernel always has the same skeleton, and each transformation
 changes one part of it. The plan records, part by part, what the code looks like:
@@ -38,8 +39,8 @@ from peak_tune.errors import ApplyError
 
 from ..change import read_state
 
-__all__ = ["AMD_ONLY", "FORMAT", "NAIVE", "NAIVE_HIP", "NVIDIA_ONLY", "Plan", "dump_plan",
-           "load_plan", "structure_problem"]
+__all__ = ["AMD_ONLY", "FORMAT", "HLSL_PARTS", "NAIVE", "NAIVE_HIP", "NAIVE_HLSL", "NVIDIA_ONLY",
+           "Plan", "dump_plan", "load_plan", "structure_problem"]
 
 FORMAT = "peak-tune/reference/cuda-matmul/1"
 
@@ -74,6 +75,7 @@ class Plan:
     interior: bool = False  # interior-tiles: blocks inside the matrices copy unchecked
     hip: bool = False  # printed as HIP (the seed was naive.hip), not CUDA: see emit.py
     mfma: bool = False  # mfma: waves compute 32 x 32 MFMA tiles (AMD CDNA, HIP only)
+    hlsl: bool = False  # printed as an HLSL compute shader (the seed was naive.hlsl)
 
 
     def but(self, **changes: bool) -> Plan:
@@ -82,16 +84,24 @@ class Plan:
 
 NAIVE = Plan(tiled=False)
 NAIVE_HIP = Plan(tiled=False, hip=True)
+NAIVE_HLSL = Plan(tiled=False, hlsl=True)
 
 _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
-_LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma")
+_LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
+          "hlsl")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
                "tma")
 # Parts only AMD GPUs have (the MFMA matrix cores of CDNA): only in HIP.
 AMD_ONLY = ("mfma",)
+# The parts an HLSL compute shader has (hlsl_matmul prints them); the rest need pointers,
+# PTX, AMD builtins, a fixed warp size or spinning between thread groups, which Vulkan
+# compute does not give.
+HLSL_PARTS = ("tiled", "shared", "thread_tile", "thread_cache", "strided", "transpose_a",
+              "padded", "vector_a", "vector_b", "staging", "double_buffer", "swizzle",
+              "interior", "hlsl")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -157,8 +167,15 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
 def structure_problem(plan: Plan) -> str:
     """What breaks the plan's invariants, or ""."""
     if not plan.tiled:
-        return "" if plan in (NAIVE, NAIVE_HIP) else "the naive kernel has no parts to change"
-    if plan.hip:
+        return ("" if plan in (NAIVE, NAIVE_HIP, NAIVE_HLSL)
+                else "the naive kernel has no parts to change")
+    if plan.hip and plan.hlsl:
+        return "a plan is printed as HIP or as HLSL, not both"
+    if plan.hlsl:
+        for part in _NAMES:
+            if getattr(plan, part) and part not in HLSL_PARTS:
+                return f"{part} has no HLSL form"
+    elif plan.hip:
         for part in NVIDIA_ONLY:
             if getattr(plan, part):
                 return f"{part} is NVIDIA-only (not in HIP)"

@@ -48,7 +48,8 @@ def _fact(device: DeviceProfile, name: str, default: int) -> int:
 
 
 def _threads_limit(plan: Plan, device: DeviceProfile) -> str:
-    return f"{threads_expression(plan)} <= {_fact(device, 'max_threads_per_block', 1024)}"
+    fact = "max_threads_per_group" if plan.hlsl else "max_threads_per_block"  # Vulkan's word
+    return f"{threads_expression(plan)} <= {_fact(device, fact, 1024)}"
 
 
 def _tiled(plan: Plan, tid: str) -> None:
@@ -69,7 +70,7 @@ def _once(flag: bool, message: str) -> None:
 
 def refactor(plan: Plan, device: DeviceProfile) -> Change:
     _once(plan.tiled, "refactor: the kernel is already in block-tile form")
-    return Change(Plan(hip=plan.hip))
+    return Change(Plan(hip=plan.hip, hlsl=plan.hlsl))
 
 
 def tb_tiling(plan: Plan, device: DeviceProfile) -> Change:

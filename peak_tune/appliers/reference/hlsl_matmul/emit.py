@@ -1,0 +1,224 @@
+"""Print a plan as an HLSL compute shader: `[numthreads(PT_THREADS_X, PT_THREADS_Y, 1)]
+void main(...)` over the storage buffers A, B, C (bindings 0, 1, 2) and the sizes in push
+constants, as the seed has them.
+
+The program is the CUDA printer's (cuda_matmul/emit.py), said in HLSL's words:
+
+| CUDA | HLSL |
+| --- | --- |
+| blockIdx, threadIdx | SV_GroupID, SV_GroupThreadID |
+| blockDim, gridDim | the macros PT_THREADS_X / _Y, the sizes (there is no grid size) |
+| __shared__ DTYPE pt_smem[...] | groupshared DTYPE pt_smem[...] (its size is fixed) |
+| a pointer to a tile | an offset into pt_smem |
+| __syncthreads() | GroupMemoryBarrierWithGroupSync() |
+| #pragma unroll | [unroll] |
+| static_assert | #if ... #error |
+| uint4 loads | the buffer's float4 / half4 view at the same binding |
+
+The thread group is the shader's numthreads, so the launch is the grid alone.
+"""
+
+from __future__ import annotations
+
+from peak_tune.appliers.reference.cuda_matmul.emit_copy import operands
+from peak_tune.appliers.reference.cuda_matmul.geometry import derived_macros, macros_used
+from peak_tune.appliers.reference.cuda_matmul.emit_compute import position_macros
+from peak_tune.appliers.reference.cuda_matmul.plan import Plan
+
+from .copy import copy_call, emit_copy_helpers, put_call
+from .writer import HlslWriter
+
+__all__ = ["emit_shader", "launch_of"]
+
+_BARRIER = "GroupMemoryBarrierWithGroupSync();"
+
+
+def launch_of(plan: Plan) -> dict[str, str]:
+    """KernelContext.launch: the groups over C (the thread group is numthreads)."""
+    return {"grid_x": "ceil_div(N, BLOCK_N)", "grid_y": "ceil_div(M, BLOCK_M)"}
+
+
+def emit_shader(plan: Plan, entry: str) -> str:
+    writer = HlslWriter()
+    _preamble(writer, plan)
+    writer.line("[numthreads(PT_THREADS_X, PT_THREADS_Y, 1)]")
+    with writer.block(f"void {entry}(uint3 group : SV_GroupID, uint3 thread : SV_GroupThreadID)"):
+        writer.line("const int M = (int)sizes.M, N = (int)sizes.N, K = (int)sizes.K;")
+        _block_position(writer, plan)
+        writer.lines("const int tid = (int)(thread.y * PT_THREADS_X + thread.x);",
+                     "const int tx = tid % PT_THREADS_X, ty = tid / PT_THREADS_X;",
+                     "const int k_lo = 0, k_hi = K;",
+                     "ACC acc[PT_TRD_Y][PT_TRD_X];")
+        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
+            writer.line("acc[i][j] = 0;")
+        if plan.shared:
+            _k_loops(writer, plan)
+        else:
+            _compute_direct(writer, plan)
+        _epilogue(writer)
+    return writer.text()
+
+
+def _preamble(writer: HlslWriter, plan: Plan) -> None:
+    writer.lines(
+        "// C = A x B (row-major; A is M x K, B is K x N), block-tiled compute shader. DTYPE",
+        "// (element) and ACC (accumulator) are set with -D by the backend, the tuning",
+        "// parameters below with -D by the tuner.")
+    for macro in macros_used(plan):
+        writer.lines(f"#ifndef {macro}", f'#error "{macro} must be defined (-D{macro}=...)"',
+                     "#endif")
+    writer.lines(*derived_macros(plan), *position_macros(plan))
+    writer.raw("#if BLOCK_M % PT_TRD_Y != 0 || BLOCK_N % PT_TRD_X != 0\n"
+               '#error "thread tiles must cover the block tile"\n'
+               "#endif")
+    writer.lines("", "struct Sizes { uint M; uint N; uint K; };",
+                 "[[vk::push_constant]] ConstantBuffer<Sizes> sizes;",
+                 "[[vk::binding(0)]] StructuredBuffer<DTYPE> A;",
+                 "[[vk::binding(1)]] StructuredBuffer<DTYPE> B;",
+                 "[[vk::binding(2)]] RWStructuredBuffer<DTYPE> C;")
+    if plan.vector_a or plan.vector_b:
+        writer.lines("// vector-loads: 4-element views of the same buffers",
+                     "#define PT_PASTE(a, b) a##b", "#define PT_GLUE(a, b) PT_PASTE(a, b)",
+                     "#define PT_DTYPE4 PT_GLUE(DTYPE, 4) /* float4 or half4 */")
+        if plan.vector_a:
+            writer.line("[[vk::binding(0)]] StructuredBuffer<PT_DTYPE4> A4;")
+        if plan.vector_b:
+            writer.line("[[vk::binding(1)]] StructuredBuffer<PT_DTYPE4> B4;")
+    writer.line("")
+    if plan.shared:
+        emit_copy_helpers(writer, plan)
+
+
+def _block_position(writer: HlslWriter, plan: Plan) -> None:
+    if plan.swizzle:
+        writer.lines(
+            "// block-swizzle: consecutive groups walk SWIZZLE_GROUP block rows column by",
+            "// column, so the A rows and B columns they read stay in L2.",
+            "const int groups_x = PT_CEIL_DIV(N, BLOCK_N), groups_y = PT_CEIL_DIV(M, BLOCK_M);",
+            "const int pid = (int)group.y * groups_x + (int)group.x;",
+            "const int span = SWIZZLE_GROUP * groups_x;",
+            "const int first_m = pid / span * SWIZZLE_GROUP;",
+            "const int rows = min(groups_y - first_m, SWIZZLE_GROUP);",
+            "const int block_m = first_m + pid % span % rows, block_n = pid % span / rows;")
+    else:
+        writer.line("const int block_m = (int)group.y, block_n = (int)group.x;")
+    writer.line("const int bm = block_m * BLOCK_M, bn = block_n * BLOCK_N; // the block tile")
+
+
+def _outer_product(writer: HlslWriter, plan: Plan, a: str, b: str) -> None:
+    """acc += a (column) x b (row); `a`/`b` take the loop index i / j."""
+    if plan.thread_cache:
+        writer.line("ACC a[PT_TRD_Y], b[PT_TRD_X]; // thread-cache: fragments in registers")
+        with writer.unrolled("i", "PT_TRD_Y"):
+            writer.line(f"a[i] = (ACC){a};")
+        with writer.unrolled("j", "PT_TRD_X"):
+            writer.line(f"b[j] = (ACC){b};")
+        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
+            writer.line("acc[i][j] += a[i] * b[j];")
+    else:
+        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
+            writer.line(f"acc[i][j] += (ACC){a} * (ACC){b};")
+
+
+def _compute_direct(writer: HlslWriter, plan: Plan) -> None:
+    writer.lines("// Rows and columns clamped into the matrix: reads stay in bounds, and the",
+                 "// epilogue skips the outputs that lie outside.",
+                 "int a_row[PT_TRD_Y], b_col[PT_TRD_X];")
+    with writer.unrolled("i", "PT_TRD_Y"):
+        writer.line("a_row[i] = min(bm + PT_ROW(i), M - 1) * K;")
+    with writer.unrolled("j", "PT_TRD_X"):
+        writer.line("b_col[j] = min(bn + PT_COL(j), N - 1);")
+    with writer.block("for (int k = k_lo; k < k_hi; ++k)"):
+        writer.line("const int b_row = k * N;")
+        _outer_product(writer, plan, "A[a_row[i] + k]", "B[b_row + b_col[j]]")
+
+
+def _compute_tile(writer: HlslWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
+    with writer.unrolled("kk", "PT_TK"):
+        _outer_product(writer, plan, f"PT_AS({a_tile}, PT_ROW(i), kk)",
+                       f"PT_BS({b_tile}, kk, PT_COL(j))")
+
+
+def _epilogue(writer: HlslWriter) -> None:
+    with writer.unrolled("i", "PT_TRD_Y"):
+        writer.line("const int r = bm + PT_ROW(i);")
+        with writer.unrolled("j", "PT_TRD_X"):
+            writer.line("const int c = bn + PT_COL(j);")
+            writer.line("if (r < M && c < N) C[r * N + c] = (DTYPE)acc[i][j];")
+
+
+# ------------------------------------------------------------------ the K loop
+
+
+def _k_loops(writer: HlslWriter, plan: Plan) -> None:
+    """The K loop once per combination of the copies' run-time flags (as in CUDA)."""
+    writer.line("#define PT_STAGE(s) ((s) * (PT_A_TILE + PT_B_TILE))")
+    vector = plan.vector_a or plan.vector_b
+    aligned = [f"{size} % PT_VEC == 0" for size, on in (("K", plan.vector_a),
+                                                        ("N", plan.vector_b)) if on]
+    if aligned:
+        writer.line(f"const bool vec = {' && '.join(aligned)}; // rows of whole vectors")
+    if plan.interior:
+        writer.lines("// interior-tiles: a block tile wholly inside C whose K range is whole "
+                     "K tiles", "// copies its tiles with no bounds checks",
+                     "const bool edge = bm + BLOCK_M > M || bn + BLOCK_N > N || "
+                     "(k_hi - k_lo) % PT_TK != 0;")
+    loops = [("vec", "true", "true"), ("", "false", "true")] if vector else [("", "", "true")]
+    if plan.interior:
+        loops.insert(0, ("vec && !edge" if vector else "!edge", loops[0][1], "false"))
+    if len(loops) == 1:
+        _k_loop(writer, plan, "", "true")
+        return
+    for index, (condition, vec, edge) in enumerate(loops):
+        head = f"{'else if' if index else 'if'} ({condition})" if condition else "else"
+        with writer.block(head):
+            _k_loop(writer, plan, vec, edge)
+
+
+def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
+    a, b = operands(plan)
+    if not plan.staging:
+        writer.line("const int as = PT_STAGE(0), bs = as + PT_A_TILE;")
+        with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
+            writer.lines(copy_call(a, "copy", "as", "k0", vec, edge),
+                         copy_call(b, "copy", "bs", "k0", vec, edge), _BARRIER)
+            _compute_tile(writer, plan, "as", "bs")
+            writer.line(_BARRIER)
+        return
+    if not plan.double_buffer:
+        writer.line("const int as = PT_STAGE(0), bs = as + PT_A_TILE;")
+    writer.line("DTYPE ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
+    with writer.block("if (k_lo < k_hi)"):
+        writer.lines(copy_call(a, "fetch", "ra", "k_lo", vec, edge),
+                     copy_call(b, "fetch", "rb", "k_lo", vec, edge))
+        if plan.double_buffer:
+            writer.lines(put_call(a, "PT_STAGE(0)", "ra", vec),
+                         put_call(b, "PT_STAGE(0) + PT_A_TILE", "rb", vec))
+    if plan.double_buffer:
+        _loop_double_buffered(writer, plan, vec, edge)
+        return
+    with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
+        writer.lines(put_call(a, "as", "ra", vec), put_call(b, "bs", "rb", vec), _BARRIER)
+        with writer.block("if (k0 + PT_TK < k_hi)"):
+            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
+                         copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
+        _compute_tile(writer, plan, "as", "bs")
+        writer.line(_BARRIER)
+
+
+def _loop_double_buffered(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
+    """double-buffer: tile t is computed from buffer t % 2 while tile t + 1, fetched into
+    registers, is put into the other one, which nobody reads since the last barrier."""
+    a, b = operands(plan)
+    writer.lines(f"{_BARRIER} // tile 0 is in buffer 0", "int t = 0;")
+    with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK, ++t)"):
+        writer.lines("const int as = PT_STAGE(t & 1), bs = as + PT_A_TILE;",
+                     "const bool more = k0 + PT_TK < k_hi;")
+        with writer.block("if (more)"):
+            writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
+                         copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
+        _compute_tile(writer, plan, "as", "bs")
+        with writer.block("if (more)"):
+            writer.lines(put_call(a, "PT_STAGE((t + 1) & 1)", "ra", vec),
+                         put_call(b, "PT_STAGE((t + 1) & 1) + PT_A_TILE", "rb", vec))
+        writer.line(f"{_BARRIER} // tile t + 1 is in place; buffer t % 2 is free")
