@@ -29,6 +29,7 @@ __all__ = [
     "InvalidPoint",
     "KernelCrash",
     "KernelTimeout",
+    "NoVendorLibrary",
     "StorageFailed",
     "UserError",
     "WrongResult",
@@ -135,6 +136,11 @@ def _own_kind(error: BaseException) -> str | None:
 
 class BackendUnavailable(UserError):
     """The backend's toolchain or device is missing on this machine."""
+
+
+class NoVendorLibrary(BackendUnavailable):
+    """The device has no vendor library to time (an Adreno GPU, lavapipe): the study's
+    ratio is to the device's documented peak instead."""
 
 
 class InvalidPoint(Exception):

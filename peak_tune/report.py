@@ -43,8 +43,8 @@ class ProgressView:
     def __call__(self, record: TrialRecord) -> None:
         self.done += 1
         best = self.session.best_gflops()
-        vendor = self.session.vendor_gflops()
-        share = f" = {100 * best / vendor:5.1f}% of vendor" if vendor else ""
+        against, gflops = self.session.denominator()
+        share = f" = {100 * best / gflops:5.1f}% of {against}" if gflops else ""
         what = (f"{record.gflops:8.2f} GFLOP/s" if record.status is Status.OK
                 else _STATUS_LABELS[record.status])
         cached = " (cached)" if record.cached else ""
@@ -80,6 +80,8 @@ def _vendor(session: TuneSession) -> dict[str, Any]:
     by_size = {label: f.stability(since=session.started_at) for label, f in figures.items()}
     return {
         "name": names[0] if names else "",
+        "library": session.vendor_library,  # False: the device has none (see "peak")
+        "why_none": session.no_vendor_because,
         "gflops": session.vendor_gflops(),
         "gflops_by_size": {k: m.gflops for k, (_, m) in session.vendor.items()},
         "timings": sum(s["timings"] for s in by_size.values()),
@@ -128,9 +130,11 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
     confirmed = _confirmation(session)
     timed = confirmed["status"] in ("confirmed", "noisy")
     best_gflops = confirmed["kernel_gflops"] if timed else search_gflops
-    vendor_gflops = vendor["gflops"]  # with the timings taken beside the re-timing
-    ratio = (None if confirmed["status"] == "failed" or not vendor_gflops
-             else best_gflops / vendor_gflops)
+    # the vendor's figure (with the timings taken beside the re-timing), else the peak
+    against, denominator = session.denominator()
+    ratio = (None if confirmed["status"] == "failed" or not denominator
+             else best_gflops / denominator)
+    peak = session.peak_gflops()
     noisy = vendor["noisy"] or (confirmed["status"] == "noisy" if timed
                                 else bool(best and best.user_attrs.get("noisy")))
     counters = session.cache.counters
@@ -154,10 +158,15 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "noisy": bool(best.user_attrs.get("noisy")) if best else False,
         },
         "vendor": vendor,
+        # the device profile's documented peak, and the best's share of it
+        "peak": {"gflops": peak, "ratio": best_gflops / peak if peak else None},
         "confirmation": confirmed,
-        # best over the vendor's figure; None when the best failed its re-validation
+        # best over the vendor's figure, or over the documented peak where the device has
+        # no vendor library (ratio_to says which); None when the best failed its
+        # re-validation or there is neither
         "ratio": ratio,
-        "search_ratio": search_gflops / vendor["gflops"] if vendor["gflops"] else None,
+        "ratio_to": against or None,
+        "search_ratio": search_gflops / denominator if denominator else None,
         # the ratio rests on a noisy timing: the vendor's, or the re-timing's (else the
         # best trial's)
         "ratio_noisy": noisy,
@@ -208,7 +217,14 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     table.add_row("best", _best_line(best, data["confirmation"]))
     table.add_row("sequence", " > ".join(best["sequence"]) or "(seed)")
     table.add_row("parameters", ", ".join(f"{k}={v}" for k, v in best["params"].items()) or "-")
-    table.add_row("vendor", f"{vendor['gflops']:.2f} GFLOP/s ({vendor['name']})")
+    if vendor.get("library", True):
+        table.add_row("vendor", f"{vendor['gflops']:.2f} GFLOP/s ({vendor['name']})")
+    else:
+        table.add_row("vendor", f"none on this device ({vendor['why_none']})")
+    if data["peak"]["gflops"]:
+        share = data["peak"]["ratio"]
+        table.add_row("peak", f"{data['peak']['gflops']:.0f} GFLOP/s documented"
+                      + (f"; the best is {100 * share:.1f}% of it" if share else ""))
     for label, stability in vendor.get("by_size", {}).items():
         table.add_row(f"vendor {label}", _stability_line(stability))
     table.add_row("re-timing", _confirmation_line(data["confirmation"]))
@@ -259,9 +275,13 @@ def _confirmation_line(confirmation: dict[str, Any]) -> str:
         return f"FAILED: {confirmation['why']} (marked in the study)"
     source = {"timed": "timed now", "study": "from the study",
               "cache": "from the cache"}[confirmation["source"]]
-    line = (f"kernel {confirmation['kernel_gflops']:.2f} / vendor "
-            f"{confirmation['vendor_gflops']:.2f} GFLOP/s, {confirmation['rounds']} rounds "
-            f"of each, interleaved, the vendor's joining its figure ({source})")
+    if confirmation["vendor_gflops"]:
+        line = (f"kernel {confirmation['kernel_gflops']:.2f} / vendor "
+                f"{confirmation['vendor_gflops']:.2f} GFLOP/s, {confirmation['rounds']} rounds "
+                f"of each, interleaved, the vendor's joining its figure ({source})")
+    else:
+        line = (f"kernel {confirmation['kernel_gflops']:.2f} GFLOP/s, "
+                f"{confirmation['rounds']} rounds, no vendor beside it ({source})")
     return line + (f" (NOISY, not cached: {confirmation['why']})" if status == "noisy" else "")
 
 
@@ -270,12 +290,13 @@ def _ratio_line(data: dict[str, Any]) -> str:
     if ratio is None:
         return ("- (the best trial failed its re-validation)" if status == "failed"
                 else "-")
+    against = "vendor" if data.get("ratio_to", "vendor") == "vendor" else "documented peak"
     if status in ("confirmed", "noisy"):
         noisy = ", noisy" if data.get("ratio_noisy") else ""
-        return f"{ratio:.3f}x vendor (the best's end-of-run re-timing{noisy})"
+        return f"{ratio:.3f}x {against} (the best's end-of-run re-timing{noisy})"
     noisy = ", noisy: see the vendor's timings and the best trial" if data.get(
         "ratio_noisy") else ""
-    return f"{ratio:.3f}x vendor (the search's best, not re-timed{noisy})"
+    return f"{ratio:.3f}x {against} (the search's best, not re-timed{noisy})"
 
 
 def _stability_line(stability: dict[str, Any]) -> str:

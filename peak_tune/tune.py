@@ -54,6 +54,7 @@ from peak_tune.errors import (
     EnvironmentFault,
     EvaluationError,
     InvalidPoint,
+    NoVendorLibrary,
     UserError,
 )
 from peak_tune.executors import EvalJob, Executor, LocalExecutor, choose_executor
@@ -517,6 +518,10 @@ class TuneSession:
         self.vendor: dict[str, tuple[str, Measurement]] = {}  # size -> its chosen timing
         self.vendor_figures: dict[str, VendorFigure] = {}  # size -> every timing
         self.vendor_clock = VendorClock()
+        # False once the backend said the device has no vendor library (NoVendorLibrary):
+        # the ratio is then to the documented peak (`denominator`), nothing is re-timed
+        self.vendor_library = True
+        self.no_vendor_because = ""
         self.confirmation: Confirmation | None = None  # the best re-timed (confirm_best)
         self.confirmation_note = "not re-timed: the run stopped before its end"
         self.started_at = time.time()
@@ -748,14 +753,32 @@ class TuneSession:
             if known is not None:
                 self.vendor_figures[label] = known
         missing = [s for s in self.sizes if s.label() not in self.vendor_figures]
-        if missing:
-            settle_own_processes()
-            self._time_vendor(missing, "start")
-        else:
+        if not missing:
             self._publish_vendor()
+            return
+        settle_own_processes()
+        try:
+            self._time_vendor(missing, "start")
+        except NoVendorLibrary as exc:
+            self.vendor_library, self.no_vendor_because = False, str(exc)
+            log.info("no vendor library: %s", exc)
 
     def vendor_gflops(self) -> float:
         return geometric_mean([m.gflops for _, m in self.vendor.values()])
+
+    def peak_gflops(self) -> float:
+        """The device profile's documented peak for the study's element type (0: none)."""
+        return float(self.device.peak_gflops.get(self.config.dtype, 0.0) or 0.0)
+
+    def denominator(self) -> tuple[str, float]:
+        """What the best is measured against: ("vendor", its figure) where the device has
+        a vendor library, else ("peak", the documented peak) as the PEAK paper did for
+        its Adreno GPU, else ("", 0.0): GFLOP/s alone (lavapipe documents no peak)."""
+        vendor = self.vendor_gflops()
+        if vendor > 0:
+            return "vendor", vendor
+        peak = self.peak_gflops()
+        return ("peak", peak) if peak > 0 and not self.vendor_library else ("", 0.0)
 
     def retime_vendor_if_due(self, trial: optuna.Trial, record: TrialRecord) -> None:
         """After a trial is told: time the vendor again when the schedule says so (every
@@ -1282,6 +1305,8 @@ class TuneSession:
             if outcome.noisy:
                 noisy.append(f"kernel round {round_}: "
                              f"{policy.why_noisy(outcome.measurement) or 'spread'}")
+            if not self.vendor_library:
+                continue  # the documented peak: nothing to time beside the kernel
             name, timing = self._vendor_timing(size, "end-of-run re-timing")
             self._keep_vendor_timing(size, name, timing)
             vendor.append(timing.samples_ms)

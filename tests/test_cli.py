@@ -156,7 +156,7 @@ Text.
         (["--sanitize"], "--sanitize is not available on the c backend"),
         (["--profile"], "--profile is not available on the c backend"),
         (["--device", "mi250"], "no AMD GPU of the mi250 kind (gfx90a) is visible here"),
-        (["--device", "adreno-x1-85"], "needs the 'hlsl' backend"),
+        (["--device", "adreno-x1-85"], "no Vulkan device of the adreno-x1-85 kind"),
         (["--device", "h200"], "CUDA backend needs a GPU"),
         (["--backend", "cuda"], "--backend cuda needs --device"),
         (["--sampler", "gp"], "the gp sampler needs PyTorch"),

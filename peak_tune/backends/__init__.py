@@ -15,11 +15,13 @@ BACKENDS: dict[str, str] = {
     "c": "peak_tune.backends.c:CBackend",
     "cuda": "peak_tune.backends.cuda:CudaBackend",
     "hip": "peak_tune.backends.hip:HipBackend",
+    "hlsl": "peak_tune.backends.hlsl:HlslBackend",
 }
 # (backend, the device profile's own backend) -> the class that drives such a device
-# with another backend's sources: HIP on NVIDIA GPUs.
+# with another backend's sources: HIP on NVIDIA GPUs, HLSL through Vulkan on them.
 FOREIGN_DEVICES: dict[tuple[str, str], str] = {
     ("hip", "cuda"): "peak_tune.backends.hip:HipOnCudaBackend",
+    ("hlsl", "cuda"): "peak_tune.backends.hlsl:HlslOnCudaBackend",
 }
 
 

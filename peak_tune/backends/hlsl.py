@@ -34,11 +34,12 @@ from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, 
 from peak_tune.errors import (
     BackendUnavailable,
     InvalidPoint,
+    NoVendorLibrary,
     UserError,
 )
 from peak_tune.validation import applicable_sizes, require_size_constraints
 
-__all__ = ["HARNESS_VERSION", "HlslBackend"]
+__all__ = ["HARNESS_VERSION", "HlslBackend", "HlslOnCudaBackend"]
 
 HARNESS_VERSION = "hlsl-1"
 _WORKER_MODULE = "peak_tune.backends._hlsl_worker"
@@ -152,9 +153,38 @@ class HlslBackend:
 
     def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
                     config: EvalConfig) -> tuple[str, Measurement]:
-        raise BackendUnavailable(
-            f"the HLSL backend has no vendor library on {self._profile.name}: its ratio "
-            "is to the device's documented peak (not in this version yet)")
+        peak = float(self._profile.peak_gflops.get(dtype, 0.0) or 0.0)
+        against = (f"the ratio is to its documented peak, {peak:.0f} GFLOP/s" if peak
+                   else "it documents no peak either: GFLOP/s alone")
+        raise NoVendorLibrary(f"no BLAS for Vulkan compute on {self._profile.title}; "
+                              f"{against}")
 
     def close(self) -> None:
         self._runner.close()
+
+
+class HlslOnCudaBackend(HlslBackend):
+    """HLSL through Vulkan on an NVIDIA GPU whose profile is the CUDA backend's
+    (`--backend hlsl --device h200`): the shaders run as on any Vulkan device, and
+    cuBLAS, timed by the CUDA backend's worker on the same GPU, is the vendor beside
+    them (the summary gives the documented peak's ratio too)."""
+
+    def __init__(self, profile: DeviceProfile) -> None:
+        super().__init__(profile)
+        self._cuda: Any = None
+
+    def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
+                    config: EvalConfig) -> tuple[str, Measurement]:
+        if self._cuda is None:
+            from peak_tune.backends.cuda import CudaBackend
+
+            self._cuda = CudaBackend(self._profile)
+        found: tuple[str, Measurement] = self._cuda.time_vendor(spec, dtype, size, config)
+        return found
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._cuda is not None:
+                self._cuda.close()

@@ -475,3 +475,54 @@ def test_check_endpoint_against_a_closed_port(monkeypatch: pytest.MonkeyPatch) -
         f"models: cannot connect to http://127.0.0.1:{port}/v1 (ConnectError)",
         f"completion: cannot connect to http://127.0.0.1:{port}/v1 (ConnectError)",
     )
+
+
+# ------------------------------------------------------------------ HLSL
+
+
+def test_an_hlsl_step_gets_the_shader_vocabulary_and_a_grid_only_launch(
+    server: LLMServer, catalog: Catalog, tmp_path: Path,
+) -> None:
+    """tb-tiling on the HLSL seed: the passes carry the CUDA-to-HLSL table with the
+    device's limits filled in, a reply that does not compile goes back to glslang's
+    log, and the launch is the grid alone (block_x is refused; group_x may be used)."""
+    from peak_tune.appliers.reference import ReferenceApplier
+    from tests.backends.test_hlsl_toolchain import COMPILERS_HERE
+
+    if not COMPILERS_HERE:
+        pytest.skip("no HLSL compiler on PATH")
+    lavapipe = catalog.device("lavapipe")
+    seed = KernelContext(kernel="matmul", backend="hlsl", entry="main",
+                         source=(Path(__file__).parents[2] / "seeds/matmul/naive.hlsl")
+                         .read_text(),
+                         launch={"grid_x": "ceil_div(N, group_x)",
+                                 "grid_y": "ceil_div(M, group_y)"})
+    reference = ReferenceApplier()
+    refactored = reference.apply(seed, catalog.transformation("refactor"), lavapipe)
+    tiled = reference.apply(refactored, catalog.transformation("tb-tiling"), lavapipe)
+    grid = {"grid_x": "ceil_div(N, group_x)", "grid_y": "ceil_div(M, BLOCK_M)"}  # group_x: BLOCK_N
+    server.script(reply(fenced(tiled.source, "hlsl")),
+                  reply(fenced(tiled.source.replace("GroupMemoryBarrierWithGroupSync();",
+                                                    "__syncthreads();", 1), "hlsl")),
+                  reply(fenced(tiled.source, "hlsl")),
+                  reply(fenced(json.dumps(grid), "json")),
+                  reply(fenced(tiled.source, "hlsl")), reply(fenced(tiled.source, "hlsl")),
+                  reply(fenced(json.dumps({**grid, "block_x": "BLOCK_N"}), "json")))
+    backend = make_backend("hlsl", lavapipe)
+    try:
+        applier = applier_for(server, backend_compile_check(backend, "float32",
+                                                            str(tmp_path)), repairs=1)
+        child = applier.apply(refactored, catalog.transformation("tb-tiling"), lavapipe)
+        with pytest.raises(BadLaunchError, match=r"unknown launch key\(s\) \['block_x'\]"):
+            applier.apply(refactored, catalog.transformation("tb-tiling"), lavapipe, sample=1)
+    finally:
+        backend.close()
+    assert child.source == tiled.source and dict(child.launch) == grid
+    asked = [r.body["messages"] for r in server.chat_requests()]
+    first = asked[0][1]["content"]
+    assert "this kernel is an HLSL compute shader for Vulkan" in first
+    assert "at most 1024 threads" in first and "at most 32 KiB" in first  # lavapipe's
+    assert "__syncthreads" in asked[2][3]["content"]  # glslang's own log, for the repair
+    launch_rules = asked[3][0]["content"]
+    assert "grid_x is required" in launch_rules and "[numthreads(...)]" in launch_rules
+    assert "block_x" not in launch_rules

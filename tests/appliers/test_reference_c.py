@@ -204,8 +204,8 @@ def test_samples_do_not_change_the_result(transformations, seed, device):
 
 def test_unknown_combinations_are_apply_errors(transformations, seed, device):
     applier = ReferenceApplier()
-    with pytest.raises(ApplyError, match="'hlsl'.*'matmul'"):
-        applier.apply(replace(seed, backend="hlsl"), transformations["unroll-k"], device)
+    with pytest.raises(ApplyError, match="'opencl'.*'matmul'"):
+        applier.apply(replace(seed, backend="opencl"), transformations["unroll-k"], device)
     unknown = replace(transformations["unroll-k"], id="warp-tiling")
     with pytest.raises(ApplyError, match="warp-tiling"):
         applier.apply(seed, unknown, device)

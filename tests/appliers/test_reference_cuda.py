@@ -127,7 +127,9 @@ def test_catalog_is_fully_implemented_and_registered(cuda_catalog):
     for tid, transformation in cuda_catalog.items():
         assert CudaMatmul().implements(tid), tid
         assert applier.implements("cuda", "matmul", tid), tid
-        assert transformation.backends in (("cuda",), ("cuda", "hip"))
+        assert transformation.backends in (("cuda",), ("cuda", "hip"), ("cuda", "hip", "hlsl"))
+        for backend in transformation.backends:
+            assert applier.implements(backend, "matmul", tid), (backend, tid)
         assert transformation.passes[0].region in ("macros", "device")
 
 

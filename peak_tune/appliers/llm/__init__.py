@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from peak_tune.appliers.base import derive_child
 from peak_tune.backends import capabilities
+from peak_tune.catalog.loaders import SHADER_GROUP_NAMES
 from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError
@@ -38,7 +39,13 @@ from .errors import (
     WrongResultError,
 )
 from .parse import code_block, parse_launch, require_params, require_signature
-from .prompts import PROMPT_VERSION, pass_messages, repair_message, wrong_result_message
+from .prompts import (
+    PROMPT_VERSION,
+    launch_keys,
+    pass_messages,
+    repair_message,
+    wrong_result_message,
+)
 from .result_check import ResultCheck, backend_result_check
 
 if TYPE_CHECKING:
@@ -215,7 +222,10 @@ class LLMApplier:
                     reply: str) -> tuple[str, dict[str, str]]:
         if step.region == "launch":
             names = set(self._size_symbols) | {p.name for p in current.params}
-            return current.source, parse_launch(reply, names)
+            keys, required = launch_keys(current.backend)
+            if current.backend == "hlsl":
+                names |= SHADER_GROUP_NAMES  # the shader's numthreads
+            return current.source, parse_launch(reply, names, keys, required)
         source = code_block(reply)
         require_signature(parent.source, source, parent.entry)
         return source, dict(current.launch)

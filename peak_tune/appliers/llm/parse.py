@@ -69,8 +69,10 @@ def require_params(source: str, names: tuple[str, ...]) -> None:
             f"tuning parameter(s) {', '.join(missing)} never appear in the edited code")
 
 
-def parse_launch(reply: str, allowed: set[str]) -> dict[str, str]:
-    """The launch geometry of a reply: a JSON object of expressions over `allowed`."""
+def parse_launch(reply: str, allowed: set[str], keys: tuple[str, ...] = LAUNCH_KEYS,
+                 required: tuple[str, ...] = ("grid_x", "block_x")) -> dict[str, str]:
+    """The launch geometry of a reply: a JSON object of expressions over `allowed`, with
+    the `keys` a launch of its backend may have and the `required` ones."""
     text = code_block(reply)
     try:
         data = json.loads(text)
@@ -78,14 +80,14 @@ def parse_launch(reply: str, allowed: set[str]) -> dict[str, str]:
         raise BadLaunchError(f"the launch reply is not JSON: {exc.msg}") from exc
     if not isinstance(data, dict):
         raise BadLaunchError("the launch reply is not a JSON object")
-    unknown = sorted(set(data) - set(LAUNCH_KEYS))
+    unknown = sorted(set(data) - set(keys))
     if unknown:
         raise BadLaunchError(f"unknown launch key(s) {unknown}")
-    missing = [k for k in ("grid_x", "block_x") if k not in data]
+    missing = [k for k in required if k not in data]
     if missing:
         raise BadLaunchError(f"the launch reply lacks {', '.join(missing)}")
     launch: dict[str, str] = {}
-    for key in LAUNCH_KEYS:
+    for key in keys:
         if key not in data:
             continue
         value = data[key]

@@ -5,6 +5,7 @@ part of the applier's identity and so of every application cache key."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -15,16 +16,27 @@ from peak_tune.errors import ApplyError
 __all__ = [
     "LAUNCH_KEYS",
     "PROMPT_VERSION",
+    "SHADER_LAUNCH_KEYS",
+    "launch_keys",
     "fill_placeholders",
     "pass_messages",
     "repair_message",
     "wrong_result_message",
 ]
 
-# 2: wrong results go back to the model for repair. The HIP table below came with the
-# HIP backend: no HIP prompt was asked before it, so C and CUDA keys stay as they were.
+# 2: wrong results go back to the model for repair. The HIP and HLSL tables below came
+# with their backends: no such prompt was asked before them, so C and CUDA keys stay as
+# they were.
 PROMPT_VERSION = 2
 LAUNCH_KEYS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_bytes")
+# An HLSL shader's thread group is its own [numthreads] (group_x, group_y, group_z in the
+# expressions): its launch is the grid of groups alone.
+SHADER_LAUNCH_KEYS = ("grid_x", "grid_y", "grid_z")
+_REQUIRED = ("grid_x and block_x are required; missing extents are 1 and missing "
+             "shared_bytes (dynamic shared memory in bytes) is 0.")
+_SHADER_REQUIRED = ("grid_x is required; missing extents are 1. The thread group is the "
+                    "shader's [numthreads(...)]: expressions may also use its extents "
+                    "group_x, group_y and group_z.")
 REGION_NAMES = {"device": "device code", "macros": "macros", "launch": "launch geometry"}
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _MAX_ERROR_CHARS = 4000
@@ -50,8 +62,7 @@ You are a GPU performance engineer. You carry out one step of a kernel optimisat
 described in plain English, on the launch geometry of one {backend} kernel.
 Rules:
 1. The launch geometry is a JSON object mapping some of the keys {keys} to integer \
-expressions written as strings. grid_x and block_x are required; missing extents are 1 \
-and missing shared_bytes (dynamic shared memory in bytes) is 0.
+expressions written as strings. {required}
 2. Expressions may use the problem sizes {sizes}, the tuning parameters, integers, \
 + - * // % and the functions ceil_div, min and max. Never choose values for tuning \
 parameters.
@@ -83,6 +94,62 @@ _HIP_VOCABULARY = "\n".join((
     "they do not exist in HIP."))
 
 
+# The same steps on an HLSL compute shader (the paper's table for its HLSL backend).
+_HLSL_VOCABULARY = "\n".join((
+    "The step is written in CUDA's words; this kernel is an HLSL compute shader for "
+    "Vulkan. Translate as you go:",
+    "| CUDA | HLSL |",
+    "| --- | --- |",
+    "| blockIdx, threadIdx | SV_GroupID, SV_GroupThreadID (SV_GroupIndex: the linear "
+    "thread index) |",
+    "| blockDim, gridDim | the thread-grid macros; the sizes (there is no grid size) |",
+    "| the block of threads, block_x / block_y | the thread group, "
+    "[numthreads(x, y, 1)] on the entry point, at most {max_threads_per_group} threads |",
+    "| __shared__ DTYPE s[N] | groupshared DTYPE s[N] (a fixed size, at most "
+    "{groupshared_kib} KiB; no dynamic shared memory: shared_bytes does not exist) |",
+    "| pointers into A, B, C or a shared tile | indices into the buffers and into the "
+    "groupshared array |",
+    "| __syncthreads() | GroupMemoryBarrierWithGroupSync() |",
+    "| #pragma unroll | [unroll] before the loop |",
+    "| static_assert(cond, msg) | #if !(cond) / #error msg / #endif |",
+    "| uint4 / float4 loads of 16 bytes | a StructuredBuffer<float4> (half4 for half) "
+    "view of the same binding |",
+    "| __device__ __forceinline__ functions | plain functions (all are inlined); `in` "
+    "and `out` are keywords |",
+    "| a warp of 32 threads, __shfl_sync | a wave of WaveGetLaneCount() lanes, "
+    "WaveReadLaneAt |",
+    "The sizes are push constants (sizes.M, sizes.N, sizes.K); A, B and C are the "
+    "structured buffers at bindings 0, 1 and 2. Never use CUDA, PTX or tensor cores."))
+_VOCABULARY = {"hip": _HIP_VOCABULARY, "hlsl": _HLSL_VOCABULARY}
+
+
+# The GPU steps' device facts in CUDA's words, for a Vulkan device: its own limits where
+# Vulkan has them, else said to be undocumented (a GPU driven through Vulkan publishes
+# no register file or multiprocessor count).
+_SHADER_FACTS = {"max_threads_per_block": "max_threads_per_group",
+                 "shared_memory_per_block_kib": "groupshared_kib",
+                 "shared_memory_per_sm_kib": "groupshared_kib"}
+_UNDOCUMENTED = ("sms", "registers_per_sm", "max_registers_per_thread", "l2_mib")
+
+
+def shader_device(device: DeviceProfile) -> DeviceProfile:
+    """`device` with the CUDA-named facts the GPU steps' texts use, for an HLSL kernel."""
+    facts = dict(device.facts)
+    for cuda_name, vulkan_name in _SHADER_FACTS.items():
+        if cuda_name not in facts and vulkan_name in facts:
+            facts[cuda_name] = facts[vulkan_name]
+    for name in _UNDOCUMENTED:
+        facts.setdefault(name, "(not documented for this device)")
+    return dataclasses.replace(device, facts=facts)
+
+
+def launch_keys(backend: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the keys a launch reply may have, those it must have) for `backend`."""
+    if backend == "hlsl":
+        return SHADER_LAUNCH_KEYS, ("grid_x",)
+    return LAUNCH_KEYS, ("grid_x", "block_x")
+
+
 def fill_placeholders(text: str, device: DeviceProfile,
                       params: frozenset[str] = frozenset()) -> str:
     """`text` with every {fact} replaced by the device profile's value and every {PARAM}
@@ -111,9 +178,13 @@ def pass_messages(
     sizes: tuple[str, ...],
 ) -> list[dict[str, str]]:
     """The system and user messages asking for pass `index` (from 0)."""
+    if context.backend == "hlsl":
+        device = shader_device(device)
     if step.region == "launch":
-        system = _LAUNCH_RULES.format(backend=context.backend, keys=", ".join(LAUNCH_KEYS),
-                                      sizes=", ".join(sizes))
+        shader = context.backend == "hlsl"
+        system = _LAUNCH_RULES.format(
+            backend=context.backend, keys=", ".join(launch_keys(context.backend)[0]),
+            required=_SHADER_REQUIRED if shader else _REQUIRED, sizes=", ".join(sizes))
     else:
         system = _CODE_RULES.format(backend=context.backend, entry=context.entry)
     lines = [
@@ -125,7 +196,8 @@ def pass_messages(
         fill_placeholders(step.text.strip(), device, frozenset(
             p.name for p in context.params + transformation.params)),
         "",
-        *([fill_placeholders(_HIP_VOCABULARY, device), ""] if context.backend == "hip" else []),
+        *([fill_placeholders(_VOCABULARY[context.backend], device), ""]
+          if context.backend in _VOCABULARY else []),
         "## Tuning parameters already in the kernel (values chosen by the tuner)",
         _params_line(context.params),
         "",

@@ -44,7 +44,7 @@ def emit_copy_helpers(writer: HlslWriter, plan: Plan) -> None:
         "pt_smem[(s) + (m) * PT_LDA + (k)]"
     writer.lines(f"#define PT_AS(s, m, k) {layout_a}",
                  "#define PT_BS(s, k, n) pt_smem[(s) + (k) * PT_LDB + (n)]",
-                 "#define PT_ZERO ((DTYPE)0)")
+                 "#define PT_ZERO ((DTYPE)0.0f) /* glslang converts no int to half */")
     vector = plan.vector_a or plan.vector_b
     if vector:
         writer.raw("#define PT_VEC 4 /* vector-loads: elements per vector */\n"

@@ -20,9 +20,9 @@ The thread group is the shader's numthreads, so the launch is the grid alone.
 
 from __future__ import annotations
 
+from peak_tune.appliers.reference.cuda_matmul.emit_compute import position_macros
 from peak_tune.appliers.reference.cuda_matmul.emit_copy import operands
 from peak_tune.appliers.reference.cuda_matmul.geometry import derived_macros, macros_used
-from peak_tune.appliers.reference.cuda_matmul.emit_compute import position_macros
 from peak_tune.appliers.reference.cuda_matmul.plan import Plan
 
 from .copy import copy_call, emit_copy_helpers, put_call

@@ -1,0 +1,96 @@
+"""HLSL through Vulkan on an NVIDIA GPU: the search against cuBLAS and the documented peak,
+with the PEAK paper's HLSL sequence (Refactor, TB-Tiling, Thread-Tiling) as the
+comparison row, all in one run.
+
+Per (dtype, size): a search study of the HLSL backend (`--backend hlsl --device h200`:
+the shaders dispatched through NVIDIA's Vulkan driver, cuBLAS timed by the CUDA backend's
+worker on the same GPU), then the paper's sequence as a fixed-sequence study (only its
+parameters tuned). Each study's best is re-timed beside cuBLAS at its end; the ratios
+are the summaries' (`ratio`: over cuBLAS; `peak_ratio`: over the profile's peak).
+
+    python benchmarks/hlsl_matmul.py --configs float32:4096,float16:4096 --seconds 120
+
+Needs the Vulkan loader and NVIDIA's ICD (../shared/PERF.md), glslang, CuPy and Optuna.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cuda_matmul import study_row  # noqa: E402
+
+PAPER_HLSL = ("refactor", "tb-tiling", "thread-tiling")  # the paper's Adreno sequence
+
+
+def _driver() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                               "--format=csv,noheader"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _commit() -> str:
+    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                           text=True, check=False, cwd=Path(__file__).resolve().parents[1])
+    return found.stdout.strip() or os.environ.get("PEAK_TUNE_COMMIT", "unknown")
+
+
+def _brief(data: dict[str, Any]) -> dict[str, Any]:
+    """What a row reports of a study's summary."""
+    return {"ratio": data["ratio"], "ratio_to": data["ratio_to"],
+            "peak_ratio": data["peak"]["ratio"], "best_gflops": data["best"]["gflops"],
+            "vendor_gflops": data["vendor"]["gflops"], "vendor": data["vendor"]["name"],
+            "sequence": data["best"]["sequence"], "params": data["best"]["params"],
+            "confirmation": data["confirmation"]["status"], "trials": data["trials"],
+            "trials_this_run": data["trials_this_run"], "seconds": data["seconds"],
+            "failures": data["failures"], "cache": data["cache"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="h200")
+    parser.add_argument("--configs", default="float32:2048,float32:4096,float16:2048,"
+                        "float16:4096,float32:8192,float16:8192")
+    parser.add_argument("--trials", type=int, default=400, help="trials per search at most")
+    parser.add_argument("--seconds", type=float, default=120, help="time box per search")
+    parser.add_argument("--paper-trials", type=int, default=60)
+    parser.add_argument("--results", default="results-hlsl")
+    parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
+                                                      "hlsl_matmul.json"))
+    args = parser.parse_args()
+    command = ("python benchmarks/hlsl_matmul.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"))
+    record: dict[str, Any] = {"benchmark": "hlsl_matmul", "date": time.strftime("%Y-%m-%d"),
+                              "device": _driver(), "commit": _commit(), "command": command,
+                              "rows": []}
+    for config in args.configs.split(","):
+        dtype, n = config.split(":")
+        search = study_row(dtype, int(n), args.trials, Path(args.results), args.seconds,
+                           backend="hlsl", device=args.device)
+        paper = study_row(dtype, int(n), args.paper_trials, Path(args.results),
+                          args.seconds / 2, PAPER_HLSL, backend="hlsl", device=args.device)
+        row = {"dtype": dtype, "n": int(n), "search": _brief(search), "paper": _brief(paper)}
+        record["rows"].append(row)
+        Path(args.out).write_text(json.dumps(record, indent=1))
+        s, p = row["search"], row["paper"]
+        print(f"{dtype:<8} {n:>5} search {s['ratio'] or 0:.3f}x {s['vendor']} "
+              f"({(s['peak_ratio'] or 0) * 100:.1f}% of peak, {s['best_gflops']:.0f} GFLOP/s, "
+              f"{s['trials']['total']} trials) | paper {p['ratio'] or 0:.3f}x "
+              f"({(p['peak_ratio'] or 0) * 100:.1f}% of peak) | "
+              f"{' > '.join(s['sequence'])} {s['params']}", flush=True)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The HLSL backend from the command line: a study on lavapipe end to end with the
+reference applier, the documented-peak denominator where the device has no BLAS, and the
+paper's Adreno profile on a machine without one (one line, nothing created)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.backends.test_hlsl_toolchain import COMPILERS_HERE, _no_vulkan
+
+SMALL = ["--size", "64", "--repeats", "3"]
+needs_vulkan = [pytest.mark.hlsl,
+                pytest.mark.skipif(not COMPILERS_HERE, reason="no HLSL compiler on PATH"),
+                pytest.mark.skipif(_no_vulkan() is not None, reason=f"no Vulkan: {_no_vulkan()}")]
+
+
+def peak_tune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "peak_tune.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def summary_of(done: subprocess.CompletedProcess[str]) -> dict:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_adreno_profile_without_an_adreno_is_one_line_and_creates_nothing(tmp_path):
+    done = peak_tune("--trials", "500", "--device", "adreno-x1-85", cwd=tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "adreno-x1-85" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+class TestOnLavapipe:
+    pytestmark = needs_vulkan
+
+    def test_a_study_searches_hlsl_sequences_and_reports_gflops_alone(self, tmp_path):
+        data = summary_of(peak_tune("--backend", "hlsl", "--device", "lavapipe",
+                                    "--trials", "10", *SMALL, "--seed", "3", "--json",
+                                    cwd=tmp_path))
+        assert data["backend"] == "hlsl" and data["device"] == "lavapipe"
+        assert data["best"]["gflops"] > 0
+        assert data["vendor"]["library"] is False
+        assert "no BLAS for Vulkan compute" in data["vendor"]["why_none"]
+        assert data["ratio"] is None and data["ratio_to"] is None  # lavapipe: no peak
+        assert data["confirmation"]["status"] == "confirmed"
+        assert data["trials"]["total"] == 10 and data["trials"]["complete"] >= 2
+        tried = set().union(*[set(s.split(" > ")) for s in
+                              _sequences(tmp_path / "results")])
+        assert {"refactor", "tb-tiling", "thread-tiling"} & tried
+
+    def test_a_device_with_a_documented_peak_is_measured_against_it(self, tmp_path):
+        """A user's profile of this Vulkan device with a documented peak (as the paper's
+        Adreno): the ratio is the best over that peak, said so in the summary."""
+        devices = tmp_path / "mine" / "devices"
+        devices.mkdir(parents=True)
+        (devices / "cpu-vulkan.toml").write_text(
+            'name = "cpu-vulkan"\ntitle = "lavapipe, documented"\nbackend = "hlsl"\n'
+            "memory_bandwidth_gbs = 20\n[peak_gflops]\nfloat32 = 40\n[facts]\n"
+            'vulkan_device = "llvmpipe"\nmax_threads_per_group = 256\ngroupshared_kib = 32\n')
+        done = peak_tune("--device", "cpu-vulkan", "--catalog", str(tmp_path / "mine"),
+                         "--trials", "4", *SMALL, "--seed", "1", "--json", cwd=tmp_path)
+        data = summary_of(done)
+        assert data["ratio_to"] == "peak" and data["peak"]["gflops"] == 40
+        assert data["ratio"] == pytest.approx(data["best"]["gflops"] / 40)
+        assert data["peak"]["ratio"] == pytest.approx(data["ratio"])
+        text = peak_tune("--device", "cpu-vulkan", "--catalog", str(tmp_path / "mine"),
+                         "--trials", "0", *SMALL, cwd=tmp_path)
+        assert text.returncode == 0, text.stderr
+        assert "x documented peak" in text.stdout + text.stderr
+
+
+def _sequences(results: Path) -> list[str]:
+    import optuna
+
+    storage = f"sqlite:///{results / 'peak.db'}"
+    names = optuna.get_all_study_names(storage)
+    study = optuna.load_study(study_name=names[0], storage=storage)
+    return [" > ".join(t.user_attrs.get("sequence", [])) for t in study.trials
+            if t.user_attrs.get("sequence")]
