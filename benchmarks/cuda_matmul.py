@@ -53,7 +53,8 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               sequence: tuple[str, ...] = (), profile: bool = False,
               study: str | None = None, warm_start: tuple[str, ...] = (),
               ask_ahead: int = -1, build_budget: float = BUILD_BUDGET,
-              backend: str | None = None, device: str = "h200") -> dict[str, Any]:
+              backend: str | None = None, device: str = "h200", confirm: bool = False
+              ) -> dict[str, Any]:
     config = TuneConfig(device=device, backend=backend, dtype=dtype,
                         sizes=({"M": n, "N": n, "K": n},),
                         results=results, sequence=sequence, seed=0, study=study,
@@ -78,6 +79,8 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
                  "ask_ahead": session.ask_ahead.depth if session.ask_ahead else 0,
                  "ask_ahead_failure": session.ask_ahead.failure if session.ask_ahead else ""}
         ncu = _profile(session) if profile else None
+        if confirm:  # the time box stopped the run before its own end-of-run re-timing
+            session.confirm_best()
     finally:
         session.close()
     data = summary(session, searched)

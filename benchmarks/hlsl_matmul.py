@@ -54,7 +54,7 @@ def _brief(data: dict[str, Any]) -> dict[str, Any]:
             "sequence": data["best"]["sequence"], "params": data["best"]["params"],
             "confirmation": data["confirmation"]["status"], "trials": data["trials"],
             "trials_this_run": data["trials_this_run"], "seconds": data["seconds"],
-            "failures": data["failures"], "cache": data["cache"]}
+            "failures": data["failures"], "cache": data["cache"], "time": data["time"]}
 
 
 def main() -> None:
@@ -77,9 +77,10 @@ def main() -> None:
     for config in args.configs.split(","):
         dtype, n = config.split(":")
         search = study_row(dtype, int(n), args.trials, Path(args.results), args.seconds,
-                           backend="hlsl", device=args.device)
+                           backend="hlsl", device=args.device, confirm=True)
         paper = study_row(dtype, int(n), args.paper_trials, Path(args.results),
-                          args.seconds / 2, PAPER_HLSL, backend="hlsl", device=args.device)
+                          args.seconds / 2, PAPER_HLSL, backend="hlsl", device=args.device,
+                          confirm=True)
         row = {"dtype": dtype, "n": int(n), "search": _brief(search), "paper": _brief(paper)}
         record["rows"].append(row)
         Path(args.out).write_text(json.dumps(record, indent=1))
