@@ -65,12 +65,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=400, help="trials per search at most")
     parser.add_argument("--seconds", type=float, default=120, help="time box per search")
     parser.add_argument("--paper-trials", type=int, default=60)
+    parser.add_argument("--no-paper", action="store_true", help="the search rows alone")
     parser.add_argument("--results", default="results-hlsl")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "hlsl_matmul.json"))
     args = parser.parse_args()
     command = ("python benchmarks/hlsl_matmul.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"))
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+        if k not in ("out", "no_paper")) + (" --no-paper" if args.no_paper else ""))
     record: dict[str, Any] = {"benchmark": "hlsl_matmul", "date": time.strftime("%Y-%m-%d"),
                               "device": _driver(), "commit": _commit(), "command": command,
                               "rows": []}
@@ -78,17 +80,19 @@ def main() -> None:
         dtype, n = config.split(":")
         search = study_row(dtype, int(n), args.trials, Path(args.results), args.seconds,
                            backend="hlsl", device=args.device, confirm=True)
-        paper = study_row(dtype, int(n), args.paper_trials, Path(args.results),
-                          args.seconds / 2, PAPER_HLSL, backend="hlsl", device=args.device,
-                          confirm=True)
-        row = {"dtype": dtype, "n": int(n), "search": _brief(search), "paper": _brief(paper)}
+        row = {"dtype": dtype, "n": int(n), "search": _brief(search)}
+        if not args.no_paper:
+            row["paper"] = _brief(study_row(
+                dtype, int(n), args.paper_trials, Path(args.results), args.seconds / 2,
+                PAPER_HLSL, backend="hlsl", device=args.device, confirm=True))
         record["rows"].append(row)
         Path(args.out).write_text(json.dumps(record, indent=1))
-        s, p = row["search"], row["paper"]
+        s, p = row["search"], row.get("paper")
+        paper = (f"paper {p['ratio'] or 0:.3f}x ({(p['peak_ratio'] or 0) * 100:.1f}% of peak)"
+                 if p else "no paper row")
         print(f"{dtype:<8} {n:>5} search {s['ratio'] or 0:.3f}x {s['vendor']} "
               f"({(s['peak_ratio'] or 0) * 100:.1f}% of peak, {s['best_gflops']:.0f} GFLOP/s, "
-              f"{s['trials']['total']} trials) | paper {p['ratio'] or 0:.3f}x "
-              f"({(p['peak_ratio'] or 0) * 100:.1f}% of peak) | "
+              f"{s['trials']['total']} trials) | {paper} | "
               f"{' > '.join(s['sequence'])} {s['params']}", flush=True)
     print(f"wrote {args.out}")
 
