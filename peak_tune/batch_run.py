@@ -45,13 +45,16 @@ class StudyProgress:
     new: int = 0  # trials this batch run added
     best_gflops: float = 0.0
     vendor_gflops: float = 0.0
+    peak_gflops: float = 0.0  # the documented peak, where the device has no vendor library
     reason: str = ""  # why it failed
     summary: dict[str, Any] | None = None  # report.summary once it ran
     seconds: float = 0.0
 
     @property
     def ratio(self) -> float | None:
-        return self.best_gflops / self.vendor_gflops if self.vendor_gflops else None
+        """The best over the vendor's figure, else over the documented peak."""
+        denominator = self.vendor_gflops or self.peak_gflops
+        return self.best_gflops / denominator if denominator else None
 
     def as_json(self) -> dict[str, Any]:
         config = self.study.config
@@ -170,6 +173,8 @@ class BatchRun:
         self._set(item, RUNNING)
         session.measure_vendor()
         item.vendor_gflops = session.vendor_gflops()
+        against, gflops = session.denominator()
+        item.peak_gflops = gflops if against == "peak" else 0.0
         self.changed(item)
 
         def on_trial(record: TrialRecord) -> None:

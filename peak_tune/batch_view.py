@@ -20,7 +20,9 @@ _STYLE = {DONE: "green", FAILED: "red", STOPPED: "yellow", RUNNING: "cyan"}
 
 
 def _ratio(item: StudyProgress) -> str:
-    return f"{item.ratio:.3f}x" if item.ratio is not None else "-"
+    if item.ratio is None:
+        return "-"
+    return f"{item.ratio:.3f}x" + (" of peak" if not item.vendor_gflops else "")
 
 
 def study_table(batch: BatchRun, final: bool) -> Table:
