@@ -121,8 +121,6 @@ def test_a_failing_study_is_reported_and_the_others_run(tmp_path):
         ("transforms = ['warp-magic']\n[matrix]\n", "transforms[0]: unknown transformation"),
         ("[[study]]\ndtype = 'int3'\n", "study[0].dtype: 'int3' is not offered by matmul"),
         ("[[study]]\nsizes = ['12x0']\n", "study[0].sizes[0]: size '12x0'"),
-        ("[[study]]\ndevice = 'adreno-x1-85'\n",
-         "study[0].device: 'adreno-x1-85' needs the 'hlsl' backend"),
         ("[[study]]\ntrials = -1\n", "study[0].trials: must be at least 0"),
         ("[[study]]\npolish = 1\n", "study[0].polish: must be below 1"),
         ("sampler = 'annealing'\n[matrix]\n", "sampler: 'annealing' is not one of"),
@@ -142,6 +140,16 @@ def test_bad_batch_file_names_file_and_key(tmp_path, text, expected):
         load_batch(path)
     assert expected in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_device_of_a_backend_this_version_lacks_is_named(tmp_path):
+    devices = tmp_path / "mine" / "devices"
+    devices.mkdir(parents=True)
+    (devices / "m3.toml").write_text('name = "m3"\ntitle = "Apple M3"\nbackend = "metal"\n'
+                                     "memory_bandwidth_gbs = 100\n[peak_gflops]\n")
+    path = write(tmp_path, f"catalogs = ['{tmp_path / 'mine'}']\n[[study]]\ndevice = 'm3'\n")
+    with pytest.raises(UserError, match="study\\[0\\].device: 'm3' needs the 'metal' backend"):
+        load_batch(path)
 
 
 def test_bad_batch_file_is_one_line_exit_2_and_nothing_written(tmp_path):
