@@ -163,6 +163,7 @@ class VulkanDevice:
             sType=vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
             queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=2), None)
         self._buffers: list[Buffer] = []
+        self._stage: Buffer | None = None  # see _staging
         self._pipelines: list[ComputePipeline] = []
 
     # ------------------------------------------------------------ memory
@@ -216,27 +217,34 @@ class VulkanDevice:
         if buffer.mapped is not None:
             np.frombuffer(buffer.mapped, np.uint8, raw.size)[:] = raw
             return
-        with self._staging(raw.size) as staging:
-            np.frombuffer(staging.mapped, np.uint8, raw.size)[:] = raw
-            self._copy(staging, buffer, raw.size)
+        staging = self._staging(raw.size)
+        np.frombuffer(staging.mapped, np.uint8, raw.size)[:] = raw
+        self._copy(staging, buffer, raw.size)
 
     def read(self, buffer: Buffer, dtype: Any, count: int) -> np.ndarray:
         nbytes = np.dtype(dtype).itemsize * count
         if buffer.mapped is not None:
             return np.frombuffer(buffer.mapped, np.uint8, nbytes).copy().view(dtype)
-        with self._staging(nbytes) as staging:
-            self._copy(buffer, staging, nbytes)
-            return np.frombuffer(staging.mapped, np.uint8, nbytes).copy().view(dtype)
+        staging = self._staging(nbytes)
+        self._copy(buffer, staging, nbytes)
+        return np.frombuffer(staging.mapped, np.uint8, nbytes).copy().view(dtype)
 
-    def _staging(self, nbytes: int) -> _Staging:
+    def _staging(self, nbytes: int) -> Buffer:
+        """The host-visible buffer that copies go through, kept between them (allocating
+        and mapping 64 MiB took longer than copying it) and grown when too small."""
+        if self._stage is not None and self._stage.nbytes >= nbytes:
+            return self._stage
+        if self._stage is not None:
+            self.free(self._stage)
         vk = self._vk
         usage = vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
         visible = (vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
                    | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
         handle, memory, _ = self._allocate(nbytes, usage, [visible])
-        staging = Buffer(handle, memory, nbytes, vk.vkMapMemory(self.device, memory, 0,
-                                                                 nbytes, 0))
-        return _Staging(self, staging)
+        self._stage = Buffer(handle, memory, nbytes, vk.vkMapMemory(self.device, memory, 0,
+                                                                     nbytes, 0))
+        self._buffers.append(self._stage)
+        return self._stage
 
     def _copy(self, source: Buffer, target: Buffer, nbytes: int) -> None:
         vk = self._vk
@@ -253,6 +261,8 @@ class VulkanDevice:
         vk.vkFreeMemory(self.device, buffer.memory, None)
         if buffer in self._buffers:
             self._buffers.remove(buffer)
+        if buffer is self._stage:
+            self._stage = None
 
     # ------------------------------------------------------------ pipelines
 
@@ -403,19 +413,3 @@ class VulkanDevice:
         self.close()
 
 
-@dataclass
-class _Staging:
-    """A host-visible buffer for one copy, freed when the `with` block ends."""
-
-    device: VulkanDevice
-    buffer: Buffer
-
-    @property
-    def mapped(self) -> Any:
-        return self.buffer.mapped
-
-    def __enter__(self) -> Buffer:
-        return self.buffer
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.device.free(self.buffer)
