@@ -1,8 +1,9 @@
 """HLSL compute shaders to SPIR-V for Vulkan: DXC where there is one, else glslang.
 
 DXC is the PEAK paper's compiler and the one that follows HLSL's newer shader models:
-the user's own `dxc` on PATH (the Vulkan SDK ships one). glslang's HLSL front end
-(Debian `glslang-tools`) covers the rest: groupshared, wave intrinsics, 16-bit types
+the user's own `dxc` on PATH (the Vulkan SDK ships one), else DXC's library from the
+`compushady` package or $PEAK_TUNE_DXC_LIBRARY, run as a command (backends._dxc_library).
+glslang's HLSL front end (Debian `glslang-tools`) covers the rest: groupshared, wave intrinsics, 16-bit types
 with `--hlsl-enable-16bit-types`. Which compiler built a variant is part of its cache
 key and its record (`HlslCompiler.label`). Tuning parameters are `-D` defines; the
 SPIR-V is checked by `spirv-val` where it is installed and its thread group and
@@ -16,12 +17,14 @@ import functools
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from peak_tune.backends._compiler import run_compiler
+from peak_tune.backends._dxc_library import find_library
 from peak_tune.backends._spirv import SpirvError, SpirvResources, read_resources
 from peak_tune.errors import BackendUnavailable, CompileError
 
@@ -30,15 +33,17 @@ __all__ = ["COMPILERS", "HlslCompiler", "compile_spirv", "find_compiler", "spirv
 COMPILERS = ("dxc", "glslang")
 TARGET_ENV = "vulkan1.1"
 _HANG_LIMIT_S = 300.0
-_INSTALL = ("no HLSL compiler: put DXC's `dxc` on PATH (the Vulkan SDK has one) or install "
-            "glslang (Debian: apt-get install glslang-tools)")
+_INSTALL = ("no HLSL compiler: put DXC's `dxc` on PATH (the Vulkan SDK has one), pip install "
+            "compushady (it ships DXC's library), or install glslang (Debian: apt-get "
+            "install glslang-tools)")
 
 
 @dataclass(frozen=True)
 class HlslCompiler:
     name: str  # "dxc" or "glslang"
-    path: str
+    path: str  # the program, or DXC's library (`library`)
     version: str
+    library: bool = False  # DXC's shared library, run as a command by _dxc_library
 
     @property
     def label(self) -> str:
@@ -48,7 +53,12 @@ class HlslCompiler:
                 sixteen_bit: bool) -> list[str]:
         flags = [f"-D{name}={value}" for name, value in sorted(defines.items())]
         if self.name == "dxc":
-            return [self.path, "-spirv", "-T", "cs_6_2", "-E", "main", "-O3",
+            program = ([sys.executable, "-m", "peak_tune.backends._dxc_library", "--library",
+                        self.path] if self.library else [self.path])
+            # -O0: DXC's SPIR-V optimiser ran past 120 s on a 12-step variant's unrolled
+            # loops (-O1 too; -O0 0.1 s); the driver's compiler optimises the module anyway.
+            # -HV 2021: C++'s scope for a for loop's variable (legacy HLSL leaks it)
+            return [*program, "-spirv", "-T", "cs_6_2", "-E", "main", "-O0", "-HV", "2021",
                     f"-fspv-target-env={TARGET_ENV}",
                     *(["-enable-16bit-types"] if sixteen_bit else []), *flags,
                     str(source), "-Fo", str(output)]
@@ -61,6 +71,13 @@ class HlslCompiler:
 def _found(name: str) -> HlslCompiler | None:
     program = {"dxc": "dxc", "glslang": "glslangValidator"}[name]
     path = shutil.which(program)
+    if path is None and name == "dxc":
+        library = find_library()  # compushady's, or $PEAK_TUNE_DXC_LIBRARY
+        if library is None:
+            return None
+        minor = re.search(r"\.3\.(\d+)(?:\.dylib)?$", library)  # libdxcompiler.so.3.7: 1.7
+        return HlslCompiler("dxc", library, f"1.{minor.group(1) if minor else '?'} (library "
+                            f"{Path(library).name})", library=True)
     if path is None:
         return None
     try:

@@ -121,10 +121,30 @@ def test_shaders_run_on_the_vulkan_device_and_match_numpy(source, defines, tmp_p
 def test_sizes_in_a_constant_buffer_are_refused(tmp_path):
     """glslang puts a global struct without ConstantBuffer<> in a constant buffer at
     binding 0, over A: lavapipe happened to compute right with it, NVIDIA's driver read
-    zeros. The backend binds push constants only, and says so."""
+    zeros. The backend binds push constants only, and says so. (DXC makes the same
+    struct a push-constant block.)"""
+    try:
+        glslang = find_compiler("glslang")
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
     global_struct = SEED.replace("[[vk::push_constant]] ConstantBuffer<Sizes> sizes;",
                                  "[[vk::push_constant]] Sizes sizes;")
     with pytest.raises(CompileError, match="reads a constant buffer.*push constants"):
-        compile_spirv(find_compiler(), global_struct, {}, tmp_path / "g.spv")
+        compile_spirv(glslang, global_struct, {}, tmp_path / "g.spv")
     _, resources = compile_spirv(find_compiler(), SEED, {}, tmp_path / "s.spv")
     assert resources.push_constant_bytes == 12 and resources.uniform_buffers == 0
+
+
+def test_dxcs_library_runs_as_a_command_and_its_errors_name_the_line(tmp_path):
+    """DXC's shared library (compushady's, or $PEAK_TUNE_DXC_LIBRARY) is run in a process
+    of its own like the `dxc` command, and its diagnostics come back the same way."""
+    try:
+        dxc = find_compiler("dxc")
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    _, resources = compile_spirv(dxc, SEED, {"BLOCK_X": 32}, tmp_path / "s.spv")
+    assert resources.local_size == (32, 16, 1) and resources.push_constant_bytes == 12
+    broken = SEED.replace("acc += ", "acc += missing_name + ")
+    with pytest.raises(CompileError, match="missing_name") as caught:
+        compile_spirv(dxc, broken, {}, tmp_path / "b.spv")
+    assert "error" in (caught.value.detail or "")
