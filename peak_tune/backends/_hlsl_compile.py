@@ -3,12 +3,12 @@
 DXC is the PEAK paper's compiler and the one that follows HLSL's newer shader models:
 the user's own `dxc` on PATH (the Vulkan SDK ships one), else DXC's library from the
 `compushady` package or $PEAK_TUNE_DXC_LIBRARY, run as a command (backends._dxc_library).
-glslang's HLSL front end (Debian `glslang-tools`) covers the rest: groupshared, wave intrinsics, 16-bit types
-with `--hlsl-enable-16bit-types`. Which compiler built a variant is part of its cache
-key and its record (`HlslCompiler.label`). Tuning parameters are `-D` defines; the
-SPIR-V is checked by `spirv-val` where it is installed and its thread group and
-groupshared bytes are read from the module (backends._spirv) to prune points the device
-cannot run.
+glslang's HLSL front end (Debian `glslang-tools`) covers the rest: groupshared, wave
+intrinsics, 16-bit types with `--hlsl-enable-16bit-types`. Which compiler built a
+variant is part of its cache key and its record (`HlslCompiler.label`). Tuning
+parameters are `-D` defines; the SPIR-V is checked by `spirv-val` where it is installed
+and its thread group and groupshared bytes are read from the module (backends._spirv)
+to prune points the device cannot run.
 """
 
 from __future__ import annotations
