@@ -11,6 +11,8 @@ epilogue.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .dialect import dialect_of
 from .emit_compute import (
     emit_accumulators,
@@ -37,7 +39,7 @@ from .plan import Plan
 from .snippets import CP_ASYNC, LDMATRIX, MMA, SPLIT_K_TABLE
 from .writer import CodeWriter
 
-__all__ = ["emit_source"]
+__all__ = ["emit_edge_flag", "emit_k_variants", "emit_source"]
 
 _SIGNATURE = ("(const DTYPE *__restrict__ A, const DTYPE *__restrict__ B, DTYPE *__restrict__ C, "
               "int M, int N, int K)")
@@ -202,26 +204,38 @@ def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
 def _k_loops(writer: CodeWriter, plan: Plan) -> None:
     """The K loop once per combination of the copies' run-time flags, each with literal
     flag values: a loop keeps only the addressing and checks of its own copies."""
-    vector = plan.vector_a or plan.vector_b
     if plan.interior:
-        writer.lines("// interior-tiles: a block tile wholly inside C whose K range is whole "
-                     "K tiles", "// copies its tiles with no bounds checks",
-                     "const bool edge = bm + BLOCK_M > M || bn + BLOCK_N > N || "
-                     "(k_hi - k_lo) % PT_TK != 0;")
-    if vector:  # (the comment of the variants before interior-tiles, unchanged)
+        emit_edge_flag(writer)
+    if plan.vector_a or plan.vector_b:  # (the comment of the variants before interior-tiles)
         writer.lines("// vector-loads: the K loop twice, with and without 16-byte copies, so",
                      "// that each copy keeps only the addressing it uses")
+    emit_k_variants(writer, plan, lambda vec, edge: _k_loop(writer, plan, vec, edge))
+
+
+def emit_edge_flag(writer: CodeWriter) -> None:
+    """interior-tiles' `edge`: whether the block's copies must check the bounds."""
+    writer.lines("// interior-tiles: a block tile wholly inside C whose K range is whole "
+                 "K tiles", "// copies its tiles with no bounds checks",
+                 "const bool edge = bm + BLOCK_M > M || bn + BLOCK_N > N || "
+                 "(k_hi - k_lo) % PT_TK != 0;")
+
+
+def emit_k_variants(writer: CodeWriter, plan: Plan, k_loop: Callable[[str, str], None]
+                    ) -> None:
+    """`k_loop(vec, edge)` once per combination of the copies' flags (literal "true" /
+    "false"; vec "" when no copy is vectorised), under `if / else if / else` on them."""
+    vector = plan.vector_a or plan.vector_b
     # (condition, vec, edge): the first whose condition holds runs; "" is the last, else
     loops = [("vec", "true", "true"), ("", "false", "true")] if vector else [("", "", "true")]
     if plan.interior:
         loops.insert(0, ("vec && !edge" if vector else "!edge", loops[0][1], "false"))
     if len(loops) == 1:
-        _k_loop(writer, plan, "", "true")
+        k_loop("", "true")
         return
     for index, (condition, vec, edge) in enumerate(loops):
         head = f"{'else if' if index else 'if'} ({condition})" if condition else "else"
         with writer.block(head):
-            _k_loop(writer, plan, vec, edge)
+            k_loop(vec, edge)
 
 
 def _k_loop(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:

@@ -15,7 +15,7 @@ from .writer import CodeWriter
 
 __all__ = ["emit_accumulators", "emit_compute_direct", "emit_compute_tile", "emit_epilogue",
            "emit_fragment_helpers", "emit_position", "emit_split_k_release", "emit_split_k_wait",
-           "position_macros", "store_statement"]
+           "outer_product", "position_macros", "store_statement"]
 
 
 def position_macros(plan: Plan) -> list[str]:
@@ -63,7 +63,7 @@ def emit_accumulators(writer: CodeWriter, plan: Plan) -> None:
             writer.line("acc[i][j] = 0;")
 
 
-def _outer_product(writer: CodeWriter, plan: Plan, a: str, b: str) -> None:
+def outer_product(writer: CodeWriter, plan: Plan, a: str, b: str) -> None:
     """acc += a (column) x b (row); `a`/`b` take the loop index i / j."""
     if plan.thread_cache:
         writer.line("ACC a[PT_TRD_Y], b[PT_TRD_X]; // thread-cache: fragments in registers")
@@ -89,7 +89,7 @@ def emit_compute_direct(writer: CodeWriter, plan: Plan) -> None:
         writer.line("b_col[j] = min(bn + PT_COL(j), N - 1);")
     with writer.block("for (int k = k_lo; k < k_hi; ++k)"):
         writer.line("const DTYPE *b_row = B + (size_t)k * N;")
-        _outer_product(writer, plan, "a_row[i][k]", "b_row[b_col[j]]")
+        outer_product(writer, plan, "a_row[i][k]", "b_row[b_col[j]]")
 
 
 def emit_compute_tile(writer: CodeWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
@@ -106,7 +106,7 @@ def emit_compute_tile(writer: CodeWriter, plan: Plan, a_tile: str, b_tile: str) 
                 writer.line("pt_mma(acc[mi][ni], af[mi], bf[ni]);")
         return
     with writer.unrolled("kk", "PT_TK"):
-        _outer_product(writer, plan, f"PT_AS({a_tile}, PT_ROW(i), kk)",
+        outer_product(writer, plan, f"PT_AS({a_tile}, PT_ROW(i), kk)",
                        f"PT_BS({b_tile}, kk, PT_COL(j))")
 
 

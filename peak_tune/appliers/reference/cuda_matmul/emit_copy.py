@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from .plan import Plan
 from .writer import CodeWriter
 
-__all__ = ["Operand", "copy_call", "emit_copy_helpers", "operands", "put_call"]
+__all__ = ["Operand", "copy_call", "element_loop", "emit_copy_helpers", "operands", "put_call",
+           "vector_loop"]
 
 _PARAMS = ("const DTYPE *__restrict__ g, int ld, int row0, int row_hi, int col0, int col_hi, "
            "int tid")
@@ -88,7 +89,8 @@ def emit_copy_helpers(writer: CodeWriter, plan: Plan) -> None:
 # ------------------------------------------------------------------ loops
 
 
-def _element_loop(writer: CodeWriter, op: Operand, body: list[str]) -> None:
+def element_loop(writer: CodeWriter, op: Operand, body: list[str]) -> None:
+    """`body` for this thread's elements e of the tile: (r, c) in scope."""
     count = f"{op.rows} * {op.cols}"
     with writer.unrolled("it", f"PT_CEIL_DIV({count}, PT_THREADS)"):
         writer.line("const int e = tid + it * PT_THREADS;")
@@ -97,7 +99,8 @@ def _element_loop(writer: CodeWriter, op: Operand, body: list[str]) -> None:
             writer.lines(*body)
 
 
-def _vector_loop(writer: CodeWriter, op: Operand, body: list[str]) -> None:
+def vector_loop(writer: CodeWriter, op: Operand, body: list[str]) -> None:
+    """`body` for this thread's PT_VEC-element pieces of the tile: (r, c) in scope."""
     units = f"{op.rows} * ({op.cols} / PT_VEC)"
     with writer.unrolled("it", f"PT_CEIL_DIV({units}, PT_THREADS)"):
         writer.line("const int u = tid + it * PT_THREADS;")
@@ -168,7 +171,7 @@ def _copy(writer: CodeWriter, op: Operand, asynchronous: bool) -> None:
             with writer.block("if (vec)"):
                 copy = _async_vector(op) if asynchronous else _load_vector(op)
                 body = _vector_bounds(op) + copy
-                _vector_loop(writer, op, body)
+                vector_loop(writer, op, body)
                 writer.line("return;")
         if asynchronous:
             element = ["if constexpr (sizeof(DTYPE) >= 4) pt_cp_async<sizeof(DTYPE)>("
@@ -176,7 +179,7 @@ def _copy(writer: CodeWriter, op: Operand, asynchronous: bool) -> None:
                        f"else {op.store('r', 'c')} = in ? g[off] : PT_ZERO;"]
         else:
             element = [f"{op.store('r', 'c')} = in ? g[off] : PT_ZERO;"]
-        _element_loop(writer, op, _bounds(op) + element)
+        element_loop(writer, op, _bounds(op) + element)
     writer.line("")
 
 
@@ -219,9 +222,9 @@ def _fetch(writer: CodeWriter, op: Operand) -> None:
                          "} else {", "    #pragma unroll",
                          f"    for (int q = 0; q < PT_VEC; ++q) reg[it * PT_VEC + q] = {_GUARDED};",
                          "}"]
-                _vector_loop(writer, op, _vector_bounds(op) + fetch)
+                vector_loop(writer, op, _vector_bounds(op) + fetch)
                 writer.line("return;")
-        _element_loop(writer, op, _bounds(op) + ["reg[it] = in ? g[off] : PT_ZERO;"])
+        element_loop(writer, op, _bounds(op) + ["reg[it] = in ? g[off] : PT_ZERO;"])
     writer.line("")
 
 
@@ -237,7 +240,7 @@ def _put(writer: CodeWriter, op: Operand) -> None:
                 gather = ["DTYPE w[PT_VEC];", "#pragma unroll",
                           "for (int q = 0; q < PT_VEC; ++q) w[q] = reg[it * PT_VEC + q];",
                           "uint4 v;", "memcpy(&v, w, 16);", *_store_vector(op, "v")]
-                _vector_loop(writer, op, gather)
+                vector_loop(writer, op, gather)
                 writer.line("return;")
-        _element_loop(writer, op, [f"{op.store('r', 'c')} = reg[it];"])
+        element_loop(writer, op, [f"{op.store('r', 'c')} = reg[it];"])
     writer.line("")

@@ -17,7 +17,12 @@ conditional expression: a read outside the matrix is never made.
 
 from __future__ import annotations
 
-from peak_tune.appliers.reference.cuda_matmul.emit_copy import Operand, operands
+from peak_tune.appliers.reference.cuda_matmul.emit_copy import (
+    Operand,
+    element_loop,
+    operands,
+    vector_loop,
+)
 from peak_tune.appliers.reference.cuda_matmul.plan import Plan
 
 from .writer import HlslWriter
@@ -92,25 +97,6 @@ def _loads(writer: HlslWriter, op: Operand) -> None:
     writer.line("")
 
 
-def _element_loop(writer: HlslWriter, op: Operand, body: list[str]) -> None:
-    count = f"{op.rows} * {op.cols}"
-    with writer.unrolled("it", f"PT_CEIL_DIV({count}, PT_THREADS)"):
-        writer.line("const int e = tid + it * PT_THREADS;")
-        with writer.block(f"if (({count}) % PT_THREADS == 0 || e < {count})"):
-            writer.line(f"const int r = e / {op.cols}, c = e % {op.cols};")
-            writer.lines(*body)
-
-
-def _vector_loop(writer: HlslWriter, op: Operand, body: list[str]) -> None:
-    units = f"{op.rows} * ({op.cols} / PT_VEC)"
-    with writer.unrolled("it", f"PT_CEIL_DIV({units}, PT_THREADS)"):
-        writer.line("const int u = tid + it * PT_THREADS;")
-        with writer.block(f"if (({units}) % PT_THREADS == 0 || u < {units})"):
-            writer.line(f"const int r = u / ({op.cols} / PT_VEC), "
-                        f"c = u % ({op.cols} / PT_VEC) * PT_VEC;")
-            writer.lines(*body)
-
-
 def _bounds(op: Operand) -> list[str]:
     inside = "row0 + r < row_hi && col0 + c < col_hi"
     return [f"const bool inside = {f'!edge || ({inside})' if op.unchecked else inside};",
@@ -140,11 +126,11 @@ def _split(writer: HlslWriter, op: Operand, vector_body: list[str],
     """The vector loop where `vec`, else the element loop."""
     if op.vector:
         with writer.block("if (vec)"):
-            _vector_loop(writer, op, vector_body)
+            vector_loop(writer, op, vector_body)
         with writer.block("else"):
-            _element_loop(writer, op, element_body)
+            element_loop(writer, op, element_body)
     else:
-        _element_loop(writer, op, element_body)
+        element_loop(writer, op, element_body)
 
 
 def _copy(writer: HlslWriter, op: Operand) -> None:

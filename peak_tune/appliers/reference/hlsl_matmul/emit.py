@@ -20,7 +20,13 @@ The thread group is the shader's numthreads, so the launch is the grid alone.
 
 from __future__ import annotations
 
-from peak_tune.appliers.reference.cuda_matmul.emit_compute import position_macros
+from peak_tune.appliers.reference.cuda_matmul.emit import emit_edge_flag, emit_k_variants
+from peak_tune.appliers.reference.cuda_matmul.emit_compute import (
+    emit_accumulators,
+    emit_compute_tile,
+    outer_product,
+    position_macros,
+)
 from peak_tune.appliers.reference.cuda_matmul.emit_copy import operands
 from peak_tune.appliers.reference.cuda_matmul.geometry import derived_macros, macros_used
 from peak_tune.appliers.reference.cuda_matmul.plan import Plan
@@ -47,10 +53,8 @@ def emit_shader(plan: Plan, entry: str) -> str:
         _block_position(writer, plan)
         writer.lines("const int tid = (int)(thread.y * PT_THREADS_X + thread.x);",
                      "const int tx = tid % PT_THREADS_X, ty = tid / PT_THREADS_X;",
-                     "const int k_lo = 0, k_hi = K;",
-                     "ACC acc[PT_TRD_Y][PT_TRD_X];")
-        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
-            writer.line("acc[i][j] = 0;")
+                     "const int k_lo = 0, k_hi = K;")
+        emit_accumulators(writer, plan)
         if plan.shared:
             _k_loops(writer, plan)
         else:
@@ -105,21 +109,6 @@ def _block_position(writer: HlslWriter, plan: Plan) -> None:
     writer.line("const int bm = block_m * BLOCK_M, bn = block_n * BLOCK_N; // the block tile")
 
 
-def _outer_product(writer: HlslWriter, plan: Plan, a: str, b: str) -> None:
-    """acc += a (column) x b (row); `a`/`b` take the loop index i / j."""
-    if plan.thread_cache:
-        writer.line("ACC a[PT_TRD_Y], b[PT_TRD_X]; // thread-cache: fragments in registers")
-        with writer.unrolled("i", "PT_TRD_Y"):
-            writer.line(f"a[i] = (ACC){a};")
-        with writer.unrolled("j", "PT_TRD_X"):
-            writer.line(f"b[j] = (ACC){b};")
-        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
-            writer.line("acc[i][j] += a[i] * b[j];")
-    else:
-        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
-            writer.line(f"acc[i][j] += (ACC){a} * (ACC){b};")
-
-
 def _compute_direct(writer: HlslWriter, plan: Plan) -> None:
     writer.lines("// Rows and columns clamped into the matrix: reads stay in bounds, and the",
                  "// epilogue skips the outputs that lie outside.",
@@ -130,13 +119,7 @@ def _compute_direct(writer: HlslWriter, plan: Plan) -> None:
         writer.line("b_col[j] = min(bn + PT_COL(j), N - 1);")
     with writer.block("for (int k = k_lo; k < k_hi; ++k)"):
         writer.line("const int b_row = k * N;")
-        _outer_product(writer, plan, "A[a_row[i] + k]", "B[b_row + b_col[j]]")
-
-
-def _compute_tile(writer: HlslWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
-    with writer.unrolled("kk", "PT_TK"):
-        _outer_product(writer, plan, f"PT_AS({a_tile}, PT_ROW(i), kk)",
-                       f"PT_BS({b_tile}, kk, PT_COL(j))")
+        outer_product(writer, plan, "A[a_row[i] + k]", "B[b_row + b_col[j]]")
 
 
 def _epilogue(writer: HlslWriter) -> None:
@@ -153,26 +136,13 @@ def _epilogue(writer: HlslWriter) -> None:
 def _k_loops(writer: HlslWriter, plan: Plan) -> None:
     """The K loop once per combination of the copies' run-time flags (as in CUDA)."""
     writer.line("#define PT_STAGE(s) ((s) * (PT_A_TILE + PT_B_TILE))")
-    vector = plan.vector_a or plan.vector_b
     aligned = [f"{size} % PT_VEC == 0" for size, on in (("K", plan.vector_a),
                                                         ("N", plan.vector_b)) if on]
     if aligned:
         writer.line(f"const bool vec = {' && '.join(aligned)}; // rows of whole vectors")
     if plan.interior:
-        writer.lines("// interior-tiles: a block tile wholly inside C whose K range is whole "
-                     "K tiles", "// copies its tiles with no bounds checks",
-                     "const bool edge = bm + BLOCK_M > M || bn + BLOCK_N > N || "
-                     "(k_hi - k_lo) % PT_TK != 0;")
-    loops = [("vec", "true", "true"), ("", "false", "true")] if vector else [("", "", "true")]
-    if plan.interior:
-        loops.insert(0, ("vec && !edge" if vector else "!edge", loops[0][1], "false"))
-    if len(loops) == 1:
-        _k_loop(writer, plan, "", "true")
-        return
-    for index, (condition, vec, edge) in enumerate(loops):
-        head = f"{'else if' if index else 'if'} ({condition})" if condition else "else"
-        with writer.block(head):
-            _k_loop(writer, plan, vec, edge)
+        emit_edge_flag(writer)
+    emit_k_variants(writer, plan, lambda vec, edge: _k_loop(writer, plan, vec, edge))
 
 
 def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
@@ -182,7 +152,7 @@ def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
         with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
             writer.lines(copy_call(a, "copy", "as", "k0", vec, edge),
                          copy_call(b, "copy", "bs", "k0", vec, edge), _BARRIER)
-            _compute_tile(writer, plan, "as", "bs")
+            emit_compute_tile(writer, plan, "as", "bs")
             writer.line(_BARRIER)
         return
     if not plan.double_buffer:
@@ -202,7 +172,7 @@ def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
         with writer.block("if (k0 + PT_TK < k_hi)"):
             writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
-        _compute_tile(writer, plan, "as", "bs")
+        emit_compute_tile(writer, plan, "as", "bs")
         writer.line(_BARRIER)
 
 
@@ -217,7 +187,7 @@ def _loop_double_buffered(writer: HlslWriter, plan: Plan, vec: str, edge: str) -
         with writer.block("if (more)"):
             writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
-        _compute_tile(writer, plan, "as", "bs")
+        emit_compute_tile(writer, plan, "as", "bs")
         with writer.block("if (more)"):
             writer.lines(put_call(a, "PT_STAGE((t + 1) & 1)", "ra", vec),
                          put_call(b, "PT_STAGE((t + 1) & 1) + PT_A_TILE", "rb", vec))
