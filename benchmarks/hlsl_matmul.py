@@ -26,18 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_matmul import study_row  # noqa: E402
+from cuda_matmul import _driver, study_row  # noqa: E402
 
 PAPER_HLSL = ("refactor", "tb-tiling", "thread-tiling")  # the paper's Adreno sequence
-
-
-def _driver() -> str:
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
-                               "--format=csv,noheader"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _commit() -> str:
