@@ -126,7 +126,7 @@ def test_sizes_in_a_constant_buffer_are_refused(tmp_path):
     try:
         glslang = find_compiler("glslang")
     except BackendUnavailable as exc:
-        pytest.skip(str(exc))
+        pytest.skip(f"glslang's constant-buffer behaviour needs glslang: {exc}")
     global_struct = SEED.replace("[[vk::push_constant]] ConstantBuffer<Sizes> sizes;",
                                  "[[vk::push_constant]] Sizes sizes;")
     with pytest.raises(CompileError, match="reads a constant buffer.*push constants"):
@@ -141,7 +141,7 @@ def test_dxcs_library_runs_as_a_command_and_its_errors_name_the_line(tmp_path):
     try:
         dxc = find_compiler("dxc")
     except BackendUnavailable as exc:
-        pytest.skip(str(exc))
+        pytest.skip(f"no DXC (dxc on PATH, compushady, or PEAK_TUNE_DXC_LIBRARY): {exc}")
     _, resources = compile_spirv(dxc, SEED, {"BLOCK_X": 32}, tmp_path / "s.spv")
     assert resources.local_size == (32, 16, 1) and resources.push_constant_bytes == 12
     broken = SEED.replace("acc += ", "acc += missing_name + ")
