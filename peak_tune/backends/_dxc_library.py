@@ -138,4 +138,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # Straight out, past DXC's static destructors: the module is written, and a library
+    # torn down at exit is one more place for a third-party build to hang.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
