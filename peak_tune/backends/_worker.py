@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -155,8 +156,12 @@ class WorkerProcess:
         self.call({"op": "ping"}, self._startup_timeout_s)
         return self.last_round_trip_s
 
-    def call(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+    def call(self, request: Mapping[str, Any], timeout_s: float,
+             pause_after: bool = False) -> dict[str, Any]:
         """Send one request; its reply's result, or the typed error it raised.
+        `pause_after`: the worker is stopped (see `pause`) as soon as the reply is in, so
+        that the checks of the reply and all that follows it have the cores to
+        themselves (an OpenMP kernel's threads spin for a while after the call).
 
         Raises KernelTimeout (worker killed) after `timeout_s`, KernelCrash if the
         worker dies; either way the next call starts a fresh worker.
@@ -174,9 +179,13 @@ class WorkerProcess:
             self.resume()
             reply = self._receive(time.monotonic() + timeout_s)
             self.last_round_trip_s = time.perf_counter() - began
+            if pause_after:
+                self._signal_stop()
             if request.get("op") == "begin" and reply.get("ok"):
                 self.job_pid = int(reply["result"]["pid"])  # the one process allowed
             self._check_reply(reply, nonce)
+            if pause_after:
+                self._wait_stopped()
         except _Expired:
             self.stop()
             raise KernelTimeout(f"kernel timed out after {timeout_s:g} s") from None
@@ -296,9 +305,9 @@ class WorkerProcess:
 
     @staticmethod
     def _readable(fd: int) -> bool:
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            return bool(selector.select(0))
+        poller = select.poll()  # after every run: poll's 1 us, not a selector's 11
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
 
     @staticmethod
     def _wait_readable(fd: int, deadline: float) -> bool:
@@ -314,9 +323,16 @@ class WorkerProcess:
     def pause(self) -> None:
         """Stop every thread of the worker (SIGSTOP to its group) and wait until they are
         stopped; KernelCrash if the worker died instead. The next call resumes it."""
+        self._signal_stop()
+        self._wait_stopped()
+
+    def _signal_stop(self) -> None:
         assert self._proc is not None
         os.killpg(self._proc.pid, signal.SIGSTOP)
         self._paused = True
+
+    def _wait_stopped(self) -> None:
+        assert self._proc is not None
         deadline = time.monotonic() + _STOP_WAIT_S
         delay = 0.0  # the stop takes tens of microseconds: look again at once, at first
         if self.job_pid > 0:

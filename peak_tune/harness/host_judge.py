@@ -259,9 +259,9 @@ class HostJudge:
                        "spec": spec_to_wire(spec), "dtype": dtype, "size": size.as_dict(),
                        "vendor": target.vendor, "library": target.library,
                        "entry": target.entry}
-            self._worker.call(request, self._remaining(deadline))
+            # the inputs are written while no thread of the job runs
+            self._worker.call(request, self._remaining(deadline), pause_after=True)
             self._prepared.add(kept.arena.path)
-            self._worker.pause()  # the inputs are written while no thread of the job runs
         drawn = self._drawn(kept, key, project, flush)
         problem, projections = drawn.problem, drawn.projections
         problem.write()
@@ -270,13 +270,14 @@ class HostJudge:
             if self._flusher is None:
                 self._flusher = CacheFlusher()
             self._flusher.flush()
+        # resumes the job, and stops it again until the next request: nothing of it runs
+        # while we judge and write the next inputs
         reply = self._worker.call({"op": "go", "arena": kept.arena.path},
-                                  self._remaining(deadline))  # resumes the job
+                                  self._remaining(deadline), pause_after=True)
         reported_ms = float(reply["elapsed_ns"]) / 1e6
         seen_ms = (self._worker.last_round_trip_s - self._worker.reply_floor_s) * 1e3
-        self._worker.pause()  # until the next request: nothing runs while we judge and
         with np.errstate(all="ignore"):
-            if expected is None:  # write the next inputs
+            if expected is None:
                 assert projections is not None
                 check_projected(problem, projections)
             else:

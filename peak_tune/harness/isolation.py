@@ -22,18 +22,37 @@ TOKEN_VARIABLE = "PEAK_TUNE_WORKER_TOKEN"
 _PROC = Path("/proc")
 
 
+# The judge reads these files after every run of a kernel: plain os calls, at half the
+# cost of pathlib's.
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+def _tasks(pid: int) -> tuple[str, list[str]] | None:
+    folder = f"/proc/{pid}/task"
+    try:
+        return folder, os.listdir(folder)
+    except OSError:
+        return None
+
+
 def children(pid: int) -> set[int]:
     """Direct children of `pid` (all its threads'), from /proc/<pid>/task/*/children."""
     found: set[int] = set()
-    try:
-        tasks = list((_PROC / str(pid) / "task").iterdir())
-    except OSError:
+    tasks = _tasks(pid)
+    if tasks is None:
         return found
-    for task in tasks:
-        try:
-            found.update(int(p) for p in (task / "children").read_text().split())
-        except OSError:
-            continue
+    folder, names = tasks
+    for name in names:
+        text = _read(f"{folder}/{name}/children")
+        if text:
+            found.update(map(int, text.split()))
     return found
 
 
@@ -63,19 +82,18 @@ def become_subreaper() -> bool:
 
 def stopped(pid: int) -> bool | None:
     """Whether every thread of `pid` is stopped (state T); None if it is gone."""
-    try:
-        tasks = list((_PROC / str(pid) / "task").iterdir())
-    except OSError:
+    tasks = _tasks(pid)
+    if tasks is None:
         return None
-    for task in tasks:
-        try:
-            text = (task / "stat").read_text()
-        except OSError:
+    folder, names = tasks
+    for name in names:
+        text = _read(f"{folder}/{name}/stat")
+        if text is None:
             continue
-        state = text[text.rindex(")") + 2]
-        if state in "ZX":  # it died: not stopped, gone
+        state = text[text.rindex(b")") + 2:text.rindex(b")") + 3]
+        if state in (b"Z", b"X"):  # it died: not stopped, gone
             return None
-        if state not in "Tt":
+        if state not in (b"T", b"t"):
             return False
     return True
 
