@@ -46,6 +46,7 @@ def cases() -> list[tuple[str, str, dict[str, str | int], bool]]:
     for step in HLSL_STEPS:
         context = applied(catalog, lavapipe, with_requirements(catalog, step))
         defines: dict[str, str | int] = {"DTYPE": "float", "ACC": "float",
+                                         "PT_WAVE_SIZE": lavapipe.wave_size,
                                          **params_of(context)}
         found.append((step, context.source, defines, False))
     return found

@@ -100,8 +100,10 @@ class HlslBackend:
             raise UserError(f"the HLSL backend supports dtypes {', '.join(_HLSL_TYPES)}, "
                             f"not {dtype!r}")
         element, accumulator, sixteen_bit = _HLSL_TYPES[dtype]
-        macro_flags(params, {"DTYPE", "ACC"})  # CompileError for a bad name or value
-        defines: dict[str, str | int] = {"DTYPE": element, "ACC": accumulator, **params}
+        macro_flags(params, {"DTYPE", "ACC", "PT_WAVE_SIZE"})  # CompileError: bad name, value
+        # PT_WAVE_SIZE: the subgroup size, for shaders that arrange their threads by wave
+        defines: dict[str, str | int] = {"DTYPE": element, "ACC": accumulator,
+                                         "PT_WAVE_SIZE": self._profile.wave_size, **params}
         compiler = find_compiler(self._compiler_choice())
         key = stable_hash({"context": context.content_hash(), "defines": sorted(
             defines.items()), "compiler": compiler.label, "harness": HARNESS_VERSION})

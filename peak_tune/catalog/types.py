@@ -106,3 +106,13 @@ class DeviceProfile:
         arch = str(self.facts.get("arch", ""))
         inferred = "nvidia" if arch.startswith("sm_") else "amd" if arch.startswith("gfx") else ""
         return str(self.facts.get("vendor", inferred))
+
+    @property
+    def wave_size(self) -> int:
+        """Lanes that run in lockstep: Vulkan's subgroup size, AMD's wavefront, NVIDIA's
+        warp (facts subgroup_size, wave_size or warp_size; 32 where none is given)."""
+        for name in ("subgroup_size", "wave_size", "warp_size"):
+            value = self.facts.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return 32

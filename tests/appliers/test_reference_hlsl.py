@@ -28,7 +28,7 @@ SEED = (ROOT / "seeds" / "matmul" / "naive.hlsl").read_text()
 LAUNCH = {"grid_x": "ceil_div(N, group_x)", "grid_y": "ceil_div(M, group_y)"}
 # small tiles: lavapipe runs a group's threads one after another
 PARAMS = {"BLOCK_M": 32, "BLOCK_N": 32, "TILE_K_SIZE": 8, "TRD_Y_DIM": 4, "TRD_X_DIM": 4,
-          "OFFSET_AMOUNT": 1, "THREAD_CHUNK": 2, "SWIZZLE_GROUP": 2}
+          "OFFSET_AMOUNT": 1, "THREAD_CHUNK": 2, "SWIZZLE_GROUP": 2, "WARP_X_DIM": 2}
 SIZE = ProblemSize.of({"M": 64, "N": 72, "K": 80})
 CHECKS = (ProblemSize.of({"M": 13, "N": 11, "K": 17}),)
 CONFIG = EvalConfig(timeout_s=60.0, warmup=1, repeats=2, max_timing_s=5.0)
@@ -74,14 +74,15 @@ def with_requirements(catalog: Catalog, tid: str) -> list[str]:
 
 def random_orders(catalog: Catalog, count: int, seed_: int = 7) -> Iterator[list[str]]:
     """Legal sequences of all the HLSL steps, in random orders (a step once all it
-    requires is in, none after one it conflicts with)."""
+    requires is in, none after one it conflicts with, warp-tiling after thread-tiling)."""
     rng = random.Random(seed_)
     steps: dict[str, Transformation] = {t: catalog.transformation(t) for t in HLSL_STEPS}
     for _ in range(count):
         order: list[str] = []
         while len(order) < len(steps):
             ready = [t for t, s in steps.items() if t not in order
-                     and all(r in order for r in s.requires)]
+                     and all(r in order for r in s.requires)
+                     and (t != "warp-tiling" or "thread-tiling" in order)]  # its rule
             order.append(rng.choice(ready))
         yield order
 
@@ -107,6 +108,10 @@ def test_each_step_changes_the_shader_as_its_text_says(catalog, lavapipe):
     threads = applied(catalog, lavapipe, ["refactor", "tb-tiling", "thread-tiling"])
     assert "#define PT_TRD_Y TRD_Y_DIM" in threads.source
     assert any("<= 1024" in c for c in threads.constraints)  # lavapipe's group limit
+    waves = applied(catalog, lavapipe, ["refactor", "tb-tiling", "thread-tiling",
+                                        "warp-tiling"])
+    assert "const int wave = tid / PT_WAVE_SIZE, lane = tid % PT_WAVE_SIZE;" in waves.source
+    assert "WARP_X_DIM <= 8" in waves.constraints  # lavapipe's subgroups are 8 lanes
     vector = applied(catalog, lavapipe, ["refactor", "tb-tiling", "vector-loads"])
     assert "[[vk::binding(0)]] StructuredBuffer<PT_DTYPE4> A4;" in vector.source
     assert "const bool vec = K % PT_VEC == 0 && N % PT_VEC == 0;" in vector.source
@@ -114,7 +119,7 @@ def test_each_step_changes_the_shader_as_its_text_says(catalog, lavapipe):
                                          "double-buffer"])
     assert "DTYPE ra[PT_A_REGS], rb[PT_B_REGS];" in staged.source
     assert "#define PT_STAGES 2" in staged.source
-    for context in (tiled, threads, vector, staged):
+    for context in (tiled, threads, waves, vector, staged):
         assert "#pragma" not in context.source and "__" not in context.source  # no CUDA
 
 
@@ -157,7 +162,8 @@ def test_every_variant_compiles_to_valid_spirv(catalog, lavapipe, compiler, tmp_
     for index, sequence in enumerate(sequences):
         context = applied(catalog, lavapipe, sequence)
         for dtype, element in (("float32", "float"), ("float16", "half")):
-            defines = {"DTYPE": element, "ACC": "float", **params_of(context)}
+            defines = {"DTYPE": element, "ACC": "float", "PT_WAVE_SIZE": lavapipe.wave_size,
+                       **params_of(context)}
             _, found = compile_spirv(chosen, context.source, defines,
                                      tmp_path / f"{index}-{dtype}.spv",
                                      sixteen_bit=dtype == "float16")

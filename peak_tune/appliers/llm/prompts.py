@@ -138,6 +138,7 @@ def shader_device(device: DeviceProfile) -> DeviceProfile:
     for cuda_name, vulkan_name in _SHADER_FACTS.items():
         if cuda_name not in facts and vulkan_name in facts:
             facts[cuda_name] = facts[vulkan_name]
+    facts.setdefault("warp_size", device.wave_size)  # the subgroup: see warp-tiling
     for name in _UNDOCUMENTED:
         facts.setdefault(name, "(not documented for this device)")
     return dataclasses.replace(device, facts=facts)

@@ -101,7 +101,7 @@ AMD_ONLY = ("mfma",)
 # compute does not give.
 HLSL_PARTS = ("tiled", "shared", "thread_tile", "thread_cache", "strided", "transpose_a",
               "padded", "vector_a", "vector_b", "staging", "double_buffer", "swizzle",
-              "interior", "hlsl")
+              "interior", "warp_tile", "hlsl")
 
 
 def dump_plan(plan: Plan) -> str:

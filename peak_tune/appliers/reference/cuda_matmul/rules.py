@@ -109,13 +109,22 @@ def warp_tiling(plan: Plan, device: DeviceProfile) -> Change:
     _tiled(plan, "warp-tiling")
     _once(plan.warp_tile, "warp-tiling: lanes are already arranged per warp")
     _once(plan.mma, "warp-tiling: the tensor-core kernel arranges its warps itself")
+    x = "(BLOCK_N // TRD_X_DIM)" if plan.thread_tile else "BLOCK_N"
+    y = "(BLOCK_M // TRD_Y_DIM)" if plan.thread_tile else "BLOCK_M"
+    if plan.hlsl:  # the backend defines PT_WAVE_SIZE as the device's subgroup size
+        wave = device.wave_size
+        if wave & (wave - 1) or not 4 <= wave <= 128:
+            raise ApplyError(f"warp-tiling's reference implementation is for waves of a "
+                             f"power of two from 4 to 128 lanes, device {device.name!r} "
+                             f"has {wave}")
+        return Change(plan.but(warp_tile=True), (
+            f"WARP_X_DIM <= {wave}", f"{x} % WARP_X_DIM == 0",
+            f"{y} % max(1, {wave} // WARP_X_DIM) == 0"))
     warp = _fact(device, "warp_size", 32)
     if warp not in ((32, 64) if plan.hip else (32,)):  # CUDA prints 32; HIP PT_WARP_SIZE
         raise ApplyError(f"warp-tiling's reference implementation is for warps of "
                          f"{'32 or 64' if plan.hip else '32'} lanes, device {device.name!r} "
                          f"has {warp}")
-    x = "(BLOCK_N // TRD_X_DIM)" if plan.thread_tile else "BLOCK_N"
-    y = "(BLOCK_M // TRD_Y_DIM)" if plan.thread_tile else "BLOCK_M"
     ties = (f"{x} % WARP_X_DIM == 0", f"{y} % ({warp} // WARP_X_DIM) == 0")
     return Change(plan.but(warp_tile=True), ties)
 

@@ -3,7 +3,8 @@ rules (cuda_matmul), printed as HLSL for Vulkan (emit.py) from the HLSL seed (li
 
 The steps an HLSL shader has are the SIMT ones (plan.HLSL_PARTS): refactor, tb-tiling
 through groupshared memory, thread-tiling (the PEAK paper's HLSL sequence), and
-thread-cache, thread-chunk, transpose, offset, vector-loads, register-staging,
+thread-cache, thread-chunk, warp-tiling (waves of the device's subgroup size), transpose,
+offset, vector-loads, register-staging,
 double-buffer, interior-tiles and block-swizzle.
 """
 
@@ -21,8 +22,8 @@ from .lift import lift_seed
 __all__ = ["HLSL_STEPS", "HlslMatmul", "emit_shader"]
 
 HLSL_STEPS = ("refactor", "tb-tiling", "thread-tiling", "thread-cache", "thread-chunk",
-              "transpose", "offset", "vector-loads", "register-staging", "double-buffer",
-              "interior-tiles", "block-swizzle")
+              "warp-tiling", "transpose", "offset", "vector-loads", "register-staging",
+              "double-buffer", "interior-tiles", "block-swizzle")
 
 
 class HlslMatmul(CudaMatmul):

@@ -11,6 +11,7 @@ The program is the CUDA printer's (cuda_matmul/emit.py), said in HLSL's words:
 | __shared__ DTYPE pt_smem[...] | groupshared DTYPE pt_smem[...] (its size is fixed) |
 | a pointer to a tile | an offset into pt_smem |
 | __syncthreads() | GroupMemoryBarrierWithGroupSync() |
+| a warp of 32 lanes | a wave (subgroup) of PT_WAVE_SIZE lanes, which the backend sets |
 | #pragma unroll | [unroll] |
 | static_assert | #if ... #error |
 | uint4 loads | the buffer's float4 / half4 view at the same binding |
@@ -51,9 +52,9 @@ def emit_shader(plan: Plan, entry: str) -> str:
     with writer.block(f"void {entry}(uint3 group : SV_GroupID, uint3 thread : SV_GroupThreadID)"):
         writer.line("const int M = (int)sizes.M, N = (int)sizes.N, K = (int)sizes.K;")
         _block_position(writer, plan)
-        writer.lines("const int tid = (int)(thread.y * PT_THREADS_X + thread.x);",
-                     "const int tx = tid % PT_THREADS_X, ty = tid / PT_THREADS_X;",
-                     "const int k_lo = 0, k_hi = K;")
+        writer.line("const int tid = (int)(thread.y * PT_THREADS_X + thread.x);")
+        _thread_position(writer, plan)
+        writer.line("const int k_lo = 0, k_hi = K;")
         emit_accumulators(writer, plan)
         if plan.shared:
             _k_loops(writer, plan)
@@ -75,6 +76,14 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
     writer.raw("#if BLOCK_M % PT_TRD_Y != 0 || BLOCK_N % PT_TRD_X != 0\n"
                '#error "thread tiles must cover the block tile"\n'
                "#endif")
+    if plan.warp_tile:
+        writer.raw("#ifndef PT_WAVE_SIZE\n"
+                   '#error "PT_WAVE_SIZE (the subgroup size) is set by the HLSL backend"\n'
+                   "#endif\n"
+                   "#if WARP_X_DIM > PT_WAVE_SIZE || PT_THREADS_X % WARP_X_DIM != 0 || "
+                   "PT_THREADS_Y % (PT_WAVE_SIZE / WARP_X_DIM) != 0\n"
+                   '#error "waves must tile the thread grid"\n'
+                   "#endif")
     writer.lines("", "struct Sizes { uint M; uint N; uint K; };",
                  "[[vk::push_constant]] ConstantBuffer<Sizes> sizes;",
                  "[[vk::binding(0)]] StructuredBuffer<DTYPE> A;",
@@ -91,6 +100,20 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
     writer.line("")
     if plan.shared:
         emit_copy_helpers(writer, plan)
+
+
+def _thread_position(writer: HlslWriter, plan: Plan) -> None:
+    if not plan.warp_tile:
+        writer.line("const int tx = tid % PT_THREADS_X, ty = tid / PT_THREADS_X;")
+        return
+    writer.lines(
+        "// warp-tiling: a wave's PT_WAVE_SIZE lanes (consecutive invocations) cover a",
+        "// (PT_WAVE_SIZE / WARP_X_DIM) x WARP_X_DIM patch of the thread grid; waves tile",
+        "// the grid row by row.",
+        "const int wave = tid / PT_WAVE_SIZE, lane = tid % PT_WAVE_SIZE;",
+        "const int tx = wave % (PT_THREADS_X / WARP_X_DIM) * WARP_X_DIM + lane % WARP_X_DIM;",
+        "const int ty = wave / (PT_THREADS_X / WARP_X_DIM) * (PT_WAVE_SIZE / WARP_X_DIM)"
+        " + lane / WARP_X_DIM;")
 
 
 def _block_position(writer: HlslWriter, plan: Plan) -> None:
