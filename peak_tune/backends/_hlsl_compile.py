@@ -163,7 +163,8 @@ def compile_spirv(compiler: HlslCompiler, source: str, defines: Mapping[str, str
     module uses. CompileError for the source's errors, a module spirv-val rejects or one
     whose resources cannot be read; BuildOverBudget past `time_limit_s`."""
     with tempfile.TemporaryDirectory(prefix="peak-tune-hlsl-") as folder:
-        shader = Path(folder) / "kernel.hlsl"
+        # .slang: Slang scopes a for loop's variable as HLSL 2021 does only in its own files
+        shader = Path(folder) / ("kernel.slang" if compiler.name == "slang" else "kernel.hlsl")
         built = Path(folder) / "kernel.spv"
         shader.write_text(source)
         log = run_compiler(compiler.command(shader, built, defines, sixteen_bit),
