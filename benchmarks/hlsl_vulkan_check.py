@@ -3,10 +3,14 @@
 Builds the naive seed shader and a 16x16 groupshared-tile shader with the HLSL backend
 (glslang or DXC -> SPIR-V), validates and times them through Vulkan with the backend's
 own harness at each size, and times cuBLAS (the CUDA backend's vendor) at the same
-sizes in the same process, on the first NVIDIA GPU. Writes JSON to --out and prints one
-line per row. Needs the Vulkan loader and NVIDIA's ICD (../shared/PERF.md) and CuPy.
+sizes in the same process, on the first NVIDIA GPU. With --dtype float16, also the
+cooperative-matrix shader (tensor cores through VK_KHR_cooperative_matrix, built by
+Slang) at several tile shapes per subgroup. Writes JSON to --out and prints one line
+per row. Needs the Vulkan loader and NVIDIA's ICD (../shared/PERF.md) and CuPy; Slang's
+library for float16 (PEAK_TUNE_SLANG_LIBRARY).
 
     python3 benchmarks/hlsl_vulkan_check.py --device h200 --sizes 1024,4096
+    python3 benchmarks/hlsl_vulkan_check.py --device h200 --sizes 4096 --dtype float16
 """
 
 from __future__ import annotations
@@ -29,8 +33,13 @@ from peak_tune.backends.hlsl import HlslBackend  # noqa: E402
 from peak_tune.catalog.loaders import load_device, load_spec  # noqa: E402
 from peak_tune.core import KernelContext, ProblemSize  # noqa: E402
 
-TILED = (ROOT / "tests" / "fixtures" / "hlsl" / "tiled.hlsl").read_text()  # a test fixture too
+FIXTURES = ROOT / "tests" / "fixtures" / "hlsl"  # test fixtures too
+TILED = (FIXTURES / "tiled.hlsl").read_text()
+COOPMAT = (FIXTURES / "coopmat_fp16.slang").read_text()
 LAUNCH = {"grid_x": "ceil_div(N, group_x)", "grid_y": "ceil_div(M, group_y)"}
+# subgroups' tiles of 16 x 16: (TILES_M, TILES_N)
+COOPMAT_TILES = ((1, 1), (2, 2), (4, 2), (2, 4), (4, 4))
+COOPMAT_CHECKS = (ProblemSize.of({"M": 128, "N": 128, "K": 48}),)  # multiples of 64, 16
 
 
 def _commit() -> str:
@@ -45,8 +54,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="h200")
     parser.add_argument("--sizes", default="1024,4096")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16"))
     parser.add_argument("--out", default="hlsl_vulkan_check.json")
     args = parser.parse_args()
+    dtype = args.dtype
     spec = load_spec(ROOT / "seeds" / "matmul")
     gpu = load_device(ROOT / "backends" / "devices" / f"{args.device}.toml")
     # the same GPU seen through Vulkan ("NVIDIA H200"), with Vulkan's thread-group limits
@@ -54,33 +65,46 @@ def main() -> int:
         **gpu.facts, "vulkan_device": args.device.upper(), "max_threads_per_group": 1024,
         "groupshared_kib": 48})
     config = EvalConfig(timeout_s=300.0)
-    shaders = [("naive seed, 16x16 group", spec.sources["hlsl"], {}),
-               ("16x16 groupshared tiles", TILED, {"TILE": 16})]
+    shaders = [("naive seed, 16x16 group", spec.sources["hlsl"], {}, LAUNCH,
+                spec.check_sizes),
+               ("16x16 groupshared tiles", TILED, {"TILE": 16}, LAUNCH, spec.check_sizes)]
+    if dtype == "float16":
+        shaders += [(f"cooperative matrices, {tm}x{tn} tiles of 16", COOPMAT,
+                     {"WAVE": 32, "TILES_M": tm, "TILES_N": tn},
+                     {"grid_x": f"ceil_div(N, {16 * tn})", "grid_y": f"ceil_div(M, {16 * tm})"},
+                     COOPMAT_CHECKS) for tm, tn in COOPMAT_TILES]
     rows = []
     build = tempfile.mkdtemp(prefix="peak-tune-hlsl-check-")
     with HlslBackend(through_vulkan) as hlsl, CudaBackend(gpu) as cuda:
         device = hlsl.fingerprint()
         for n in (int(s) for s in args.sizes.split(",")):
             size = ProblemSize.of({"M": n, "N": n, "K": n})
-            name, vendor = cuda.time_vendor(spec, "float32", size, config)
-            for label, source, params in shaders:
+            name, vendor = cuda.time_vendor(spec, dtype, size, config)
+            for label, source, params, launch, checks in shaders:
                 context = KernelContext(kernel="matmul", backend="hlsl", source=source,
-                                        entry="main", launch=dict(LAUNCH))
-                artifact = hlsl.compile(context, params, "float32", build)
+                                        entry="main", launch=dict(launch))
                 started = time.perf_counter()
-                measured = hlsl.evaluate(artifact, EvalRequest(
-                    spec, context, params, "float32", size, spec.check_sizes, config))
+                try:
+                    artifact = hlsl.compile(context, params, dtype, build)
+                    measured = hlsl.evaluate(artifact, EvalRequest(
+                        spec, context, params, dtype, size, checks, config))
+                except Exception as exc:  # one shader's failure is a row, not the end
+                    rows.append({"size": n, "shader": label, "error": str(exc)[:2000]})
+                    print(f"{n:5d}  {label:26s} failed: {str(exc).splitlines()[0]}",
+                          flush=True)
+                    continue
                 row = {"size": n, "shader": label, "gflops": measured.gflops,
                        "samples_ms": list(measured.samples_ms),
                        "evaluation_s": time.perf_counter() - started,
                        "vendor": name, "vendor_gflops": vendor.gflops,
                        "ratio": measured.gflops / vendor.gflops,
-                       "of_peak": measured.gflops / gpu.peak_gflops["float32"]}
+                       "of_peak": measured.gflops / gpu.peak_gflops[dtype]}
                 rows.append(row)
-                print(f"{n:5d}  {label:26s} {measured.gflops:9.1f} GFLOP/s  cuBLAS "
+                print(f"{n:5d}  {label:40s} {measured.gflops:9.1f} GFLOP/s  cuBLAS "
                       f"{vendor.gflops:9.1f}  ratio {row['ratio']:.3f}  "
                       f"{100 * row['of_peak']:.1f}% of peak", flush=True)
-    result = {"benchmark": "hlsl_vulkan_check", "date": time.strftime("%Y-%m-%d"),
+    result = {"benchmark": "hlsl_vulkan_check", "dtype": dtype,
+              "date": time.strftime("%Y-%m-%d"),
               "device": device, "commit": _commit(),
               "command": " ".join(["python3", *sys.argv]), "rows": rows}
     Path(args.out).write_text(json.dumps(result, indent=1))
