@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Behaviour", "LLMServer", "Received", "error", "reply", "slow"]
+__all__ = ["Behaviour", "LLMServer", "Received", "error", "reply", "slow", "truncated"]
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,17 @@ class Behaviour:
     prompt_tokens: int = 100
     completion_tokens: int = 50
     retry_after_s: float | None = None  # sent as the Retry-After header of an error
+    finish_reason: str = "stop"  # "length": the reply was cut off at the token limit
 
 
 def reply(content: str, prompt_tokens: int = 100, completion_tokens: int = 50) -> Behaviour:
     return Behaviour(content=content, prompt_tokens=prompt_tokens,
                      completion_tokens=completion_tokens)
+
+
+def truncated(content: str) -> Behaviour:
+    """A reply the endpoint cut off at its token limit (finish_reason "length")."""
+    return Behaviour(content=content, finish_reason="length")
 
 
 def error(status: int, retry_after_s: float | None = None) -> Behaviour:
@@ -180,7 +186,7 @@ def _headers(handler: BaseHTTPRequestHandler) -> dict[str, str]:
 def _completion(model: str, behaviour: Behaviour) -> dict[str, Any]:
     return {
         "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": model,
-        "choices": [{"index": 0, "finish_reason": "stop",
+        "choices": [{"index": 0, "finish_reason": behaviour.finish_reason,
                      "message": {"role": "assistant", "content": behaviour.content}}],
         "usage": {"prompt_tokens": behaviour.prompt_tokens,
                   "completion_tokens": behaviour.completion_tokens,

@@ -47,10 +47,11 @@ def test_llm_applier_tunes_and_a_repeat_makes_no_call(tmp_path: Path) -> None:
 
 def test_stats_report_success_per_transformation_and_position(tmp_path: Path) -> None:
     with LLMServer() as server:
-        server.script(reply(fenced(INTERCHANGED)), reply("I would rather not write code."))
+        refusal = reply("I would rather not write code.")
+        server.script(reply(fenced(INTERCHANGED)), refusal, refusal)  # asked again once
         for sequence in ("loop-interchange", "unroll-k"):
             done = peak("--sequence", sequence, "--trials", "2", *SMALL, "--results",
-                        str(tmp_path), env=endpoint(server.url + "/v1"))
+                        str(tmp_path), "--repairs", "1", env=endpoint(server.url + "/v1"))
             assert done.returncode == 0, done.stderr
     table = tmp_path / "stats.csv"
     shown = peak("stats", "--results", str(tmp_path), "--csv", str(table))
@@ -59,7 +60,7 @@ def test_stats_report_success_per_transformation_and_position(tmp_path: Path) ->
     assert rows["loop-interchange"]["success_rate"] == "1.0"
     assert rows["loop-interchange"]["position"] == "0"
     assert rows["unroll-k"]["success_rate"] == "0.0"
-    assert json.loads(rows["unroll-k"]["failures"]) == {"no_code": 1}
+    assert json.loads(rows["unroll-k"]["failures"]) == {"no_code": 1}  # one application
 
 
 def closed_port() -> int:

@@ -16,29 +16,33 @@ from openai import OpenAI
 from peak_tune.appliers import make_applier
 from peak_tune.appliers.llm import (
     BadLaunchError,
+    DeadParameterError,
     EndpointError,
     LLMApplier,
     LLMConfig,
     MissingParameterError,
     NoCodeError,
     ScopeError,
+    UnchangedError,
     UncompilableError,
     backend_compile_check,
     check_endpoint,
 )
 from peak_tune.appliers.llm.compile_check import sample_point
 from peak_tune.appliers.llm.parse import entry_signature
+from peak_tune.appliers.reference import ReferenceApplier
 from peak_tune.backends import make_backend
 from peak_tune.cache import Cache, application_key
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
 from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.errors import ApplyError, UserError
-from tests.llm_server import LLMServer, error, reply, slow
+from tests.llm_server import LLMServer, error, reply, slow, truncated
 
 pytestmark = pytest.mark.llm
 
 KEY = "sk-test-4f9c2b7e1d0a8c6e5f3b"
+SEED_C = (Path(__file__).resolve().parents[2] / "seeds" / "matmul" / "naive.c").read_text()
 MODEL = "test-model"
 
 INTERCHANGED = """\
@@ -150,7 +154,7 @@ def test_applies_loop_interchange_and_the_child_computes_matmul(
     assert child.applied == ("loop-interchange",)
     assert child.lineage is not None
     assert child.lineage.parent_hash == c_seed.content_hash()
-    assert child.lineage.applier == applier.identity == f"llm/{MODEL}@t0.2/p2"
+    assert child.lineage.applier == applier.identity == f"llm/{MODEL}@t0.2/p3"
     check(compiler(child.source, {}))  # the edited kernel really computes C = A x B
 
     (request,) = server.chat_requests()
@@ -261,30 +265,94 @@ def test_sample_point_meets_the_constraints() -> None:
          "signature changed"),
         (fenced(INTERCHANGED.replace("void matmul(", "void matmul_v2(")), ScopeError,
          "no longer defines"),
+        (fenced(SEED_C), UnchangedError, "kernel as it was given: loop-interchange was not"),
     ],
-    ids=["no-code", "two-blocks", "signature", "renamed"],
+    ids=["no-code", "two-blocks", "signature", "renamed", "echoed"],
 )
-def test_bad_replies_raise_typed_errors(
+def test_a_reply_that_does_not_do_the_step_goes_back_and_then_fails_typed(
     server: LLMServer, catalog: Catalog, c_seed: KernelContext, cpu: DeviceProfile,
     content: str, error_type: type[Exception], message: str,
 ) -> None:
-    server.script(reply(content))
-    applier = applier_for(server)
-    with pytest.raises(error_type, match=message):
+    assert c_seed.source == SEED_C
+    server.script(reply(content), reply(content))
+    applier = applier_for(server)  # one repair
+    with pytest.raises(error_type, match=message) as caught:
         applier.apply(c_seed, catalog.transformations["loop-interchange"], cpu)
-    assert len(server.chat_requests()) == 1  # a bad reply is not retried silently
-    assert applier.records[0].outcome in ("no_code", "scope")
+    assert "after 1 repair" in str(caught.value)
+    first, second = server.chat_requests()  # the model was told, once
+    repair = second.body["messages"][-1]["content"]
+    assert repair.startswith("The reply cannot be accepted: ") and message.split(":")[0] in repair
+    assert [r.outcome for r in applier.records][0] in ("no_code", "scope", "unchanged")
+
+
+def test_two_blocks_then_one_is_accepted_after_the_repair(
+    server: LLMServer, catalog: Catalog, c_seed: KernelContext, cpu: DeviceProfile,
+) -> None:
+    server.script(reply(fenced(INTERCHANGED) + "\nor\n" + fenced(INTERCHANGED)),
+                  reply(fenced(INTERCHANGED)))
+    applier = applier_for(server)
+    child = applier.apply(c_seed, catalog.transformations["loop-interchange"], cpu)
+    assert child.source == INTERCHANGED
+    assert [(r.turn, r.outcome) for r in applier.records] == [(0, "no_code"), (1, "ok")]
+
+
+def test_a_reply_cut_off_at_the_token_limit_is_asked_again(
+    server: LLMServer, catalog: Catalog, c_seed: KernelContext, cpu: DeviceProfile,
+) -> None:
+    half = fenced(INTERCHANGED)[: len(fenced(INTERCHANGED)) // 2]
+    server.script(truncated(half + "\n```"), reply(fenced(INTERCHANGED)))
+    applier = applier_for(server)
+    child = applier.apply(c_seed, catalog.transformations["loop-interchange"], cpu)
+    assert child.source == INTERCHANGED
+    repair = server.chat_requests()[1].body["messages"][-1]["content"]
+    assert "cut off at the endpoint's token limit" in repair
+    assert [r.outcome for r in applier.records] == ["truncated", "ok"]
 
 
 def test_a_declared_parameter_missing_from_the_code(
     server: LLMServer, catalog: Catalog, c_seed: KernelContext, cpu: DeviceProfile,
 ) -> None:
     without_kc = BLOCKED.replace("KC", "64")
-    server.script(reply(fenced(without_kc)))
+    server.script(reply(fenced(without_kc)), reply(fenced(without_kc)))
     applier = applier_for(server)
-    with pytest.raises(MissingParameterError, match="KC never appear"):
+    with pytest.raises(MissingParameterError, match="KC never appear.*after 1 repair"):
         applier.apply(c_seed, catalog.transformations["cache-blocking"], cpu)
-    assert [r.outcome for r in applier.records] == ["missing_param"]
+    assert [r.outcome for r in applier.records] == ["missing_param", "missing_param"]
+
+
+def test_a_hard_coded_parameter_is_dead_and_the_repair_restores_it(
+    server: LLMServer, catalog: Catalog, c_seed: KernelContext, cpu: DeviceProfile,
+) -> None:
+    hard_coded = BLOCKED.replace('#ifndef KC\n#error "KC must be defined"\n#endif',
+                                 "#define KC 64")
+    assert hard_coded != BLOCKED
+    server.script(reply(fenced(hard_coded)), reply(fenced(BLOCKED)))
+    applier = applier_for(server)
+    child = applier.apply(c_seed, catalog.transformations["cache-blocking"], cpu)
+    assert child.source == BLOCKED
+    repair = server.chat_requests()[1].body["messages"][-1]["content"]
+    assert "tuning parameter(s) KC no longer change the code" in repair
+    assert [r.outcome for r in applier.records] == ["dead_param", "ok"]
+
+
+def test_a_reply_that_drops_an_earlier_steps_pragma_is_not_accepted(
+    server: LLMServer, catalog: Catalog, c_seed: KernelContext, cpu: DeviceProfile,
+) -> None:
+    """The OpenMP step's pragma goes, its OMP_CHUNK guard stays: the parameter is dead,
+    and the study would have labelled a serial kernel '... > openmp-parallel'."""
+    parallel = ReferenceApplier().apply(c_seed, catalog.transformations["openmp-parallel"],
+                                        cpu)
+    kept = parallel.source.replace("DTYPE acc = 0;", "DTYPE acc = (DTYPE)0;")
+    dropped = kept.replace("    #pragma omp parallel for schedule(static, OMP_CHUNK)\n", "")
+    assert "OMP_CHUNK" in dropped and dropped != kept
+    server.script(reply(fenced(dropped)), reply(fenced(dropped)))
+    applier = applier_for(server)
+    with pytest.raises(DeadParameterError, match="OMP_CHUNK no longer change"):
+        applier.apply(parallel, catalog.transformations["loop-interchange"], cpu)
+    server.behaviours.clear()
+    server.script(reply(fenced(kept)))
+    child = applier.apply(parallel, catalog.transformations["loop-interchange"], cpu, sample=1)
+    assert "schedule(static, OMP_CHUNK)" in child.source
 
 
 def test_signature_check_allows_restrict_and_launch_bounds() -> None:
@@ -321,8 +389,9 @@ def test_launch_pass_returns_validated_expressions(server: LLMServer) -> None:
     server.script(reply(fenced(seed.source, "cuda")),
                   reply(fenced(json.dumps(launch), "json")),
                   reply(fenced(seed.source, "cuda")),
+                  reply(fenced(json.dumps({"grid_x": "N / TILE", "block_x": "BM"}), "json")),
                   reply(fenced(json.dumps({"grid_x": "N / TILE", "block_x": "BM"}), "json")))
-    applier = applier_for(server)
+    applier = applier_for(server)  # one repair: the bad launch is sent back once
     child = applier.apply(seed, step, h200)
     assert dict(child.launch) == launch
     assert "Use BM rows per block (32 lanes a warp)." in server.chat_requests()[0].body[
@@ -401,7 +470,7 @@ def test_the_key_only_travels_in_the_authorization_header(
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
     caplog.set_level(logging.DEBUG)  # every logger: ours, openai, httpx
-    config = LLMConfig.from_env(MODEL, max_retries=1, backoff_s=0.0)
+    config = LLMConfig.from_env(MODEL, max_retries=1, backoff_s=0.0, repairs=0)
     applier = LLMApplier(config)  # builds its own client, reading the key now
     server.script(error(429), reply(fenced(INTERCHANGED)), reply("no code"))
     loop = catalog.transformations["loop-interchange"]
@@ -446,7 +515,7 @@ def test_config_from_env_and_its_checks(monkeypatch: pytest.MonkeyPatch) -> None
 def test_registry_builds_the_llm_applier(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_MODEL", "reg-model")
     applier = make_applier("llm")
-    assert applier.identity == "llm/reg-model@t0.2/p2"
+    assert applier.identity == "llm/reg-model@t0.2/p3"
 
 
 # ------------------------------------------------------------------ check_endpoint
@@ -507,6 +576,7 @@ def test_an_hlsl_step_gets_the_shader_vocabulary_and_a_grid_only_launch(
                   reply(fenced(tiled.source, "hlsl")),
                   reply(fenced(json.dumps(grid), "json")),
                   reply(fenced(tiled.source, "hlsl")), reply(fenced(tiled.source, "hlsl")),
+                  reply(fenced(json.dumps({**grid, "block_x": "BLOCK_N"}), "json")),
                   reply(fenced(json.dumps({**grid, "block_x": "BLOCK_N"}), "json")))
     backend = make_backend("hlsl", lavapipe)
     try:

@@ -94,7 +94,7 @@ def test_cost_is_usage_times_the_price_table(
     prices: str,
 ) -> None:
     server.script(reply(fenced(INTERCHANGED), 1200, 300), reply("no code", 800, 100))
-    applier = applier_for(server, prices_file=prices)
+    applier = applier_for(server, prices_file=prices, repairs=0)
     applier.apply(c_seed, loop, cpu)
     with pytest.raises(Exception, match="no fenced code block"):
         applier.apply(c_seed, loop, cpu, sample=1)

@@ -3,16 +3,20 @@ chat-completions endpoint (OpenAI, Azure, vLLM, llama.cpp server, Ollama).
 
 One chat call per pass of the transformation; for the C-like backends the "device" and
 "macros" regions are the whole source and a "launch" pass returns the launch geometry
-as JSON. Replies are read strictly (typed errors in .errors). A compile error found by
-the optional `compile_check`, or (after the last pass) a wrong result found by the
-optional `result_check`, is sent back to the model; both share `repairs` attempts per
-pass. Every HTTP attempt is kept in `records`; `usage()` sums tokens and dollars per
+as JSON. Replies are read strictly and checked against the step (step_check): one
+fenced block, not cut off, the entry point's signature kept, the code changed, every
+tuning parameter that must be there present and live. A reply that fails a check, a
+compile error found by the optional `compile_check`, or (after the last pass) a wrong
+result found by the optional `result_check`, is sent back to the model with what was
+wrong; all share `repairs` attempts per pass, and the last failure is raised typed
+(.errors). Every HTTP attempt is kept in `records`; `usage()` sums tokens and dollars per
 transformation.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -35,6 +39,7 @@ from .errors import (
     MissingParameterError,
     NoCodeError,
     ScopeError,
+    TruncatedError,
     UncompilableError,
     WrongResultError,
 )
@@ -44,9 +49,11 @@ from .prompts import (
     launch_keys,
     pass_messages,
     repair_message,
+    step_repair_message,
     wrong_result_message,
 )
 from .result_check import ResultCheck, backend_result_check
+from .step_check import DeadParameterError, UnchangedError, dead_parameters, require_change
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -58,6 +65,7 @@ __all__ = [
     "CallRecord",
     "CheckReport",
     "CompileCheck",
+    "DeadParameterError",
     "EndpointError",
     "LLMApplier",
     "LLMConfig",
@@ -65,7 +73,9 @@ __all__ = [
     "NoCodeError",
     "ResultCheck",
     "ScopeError",
+    "TruncatedError",
     "UncompilableError",
+    "UnchangedError",
     "Usage",
     "WrongResultError",
     "backend_compile_check",
@@ -78,7 +88,8 @@ log = logging.getLogger(__name__)
 CompileCheck = Callable[[KernelContext], "str | None"]
 SIZE_SYMBOLS = ("M", "N", "K")
 _OUTCOMES = {NoCodeError: "no_code", ScopeError: "scope", BadLaunchError: "bad_launch",
-             MissingParameterError: "missing_param"}
+             MissingParameterError: "missing_param", UnchangedError: "unchanged",
+             DeadParameterError: "dead_param", TruncatedError: "truncated"}
 
 
 class LLMApplier:
@@ -185,14 +196,25 @@ class LLMApplier:
             where = Where(transformation.id, index, step.region, turn,
                           parent=parent.content_hash()[:16], position=len(parent.applied),
                           sample=sample)
-            reply, record = self._session.complete(messages, where)
+            reply, record, truncated = self._session.complete(messages, where)
             try:
+                if truncated:
+                    raise TruncatedError("the reply was cut off at the endpoint's token "
+                                         "limit (finish_reason: length)")
                 source, launch = self._read_reply(parent, current, step, reply)
-            except ApplyError as exc:
+                candidate = derive_child(parent, transformation, self.identity,
+                                         source=source, launch=launch)
+                if step.region != "launch" or last:
+                    _check_step(parent, candidate, transformation, last)
+            except ApplyError as exc:  # the reply does not do what the step says
                 self._session.mark(record, _outcome(exc), str(exc))
-                raise
-            candidate = derive_child(parent, transformation, self.identity, source=source,
-                                     launch=launch)
+                log.info("%s pass %d: %s, %s", transformation.id, index + 1, _outcome(exc),
+                         "repairing" if turn < self.config.repairs else "no repairs left")
+                if turn == self.config.repairs:
+                    raise _refused(exc, transformation.id, index, turn) from None
+                messages = messages + [{"role": "assistant", "content": reply},
+                                       step_repair_message(str(exc))]
+                continue
             found = self._problem(candidate, last)
             if found is None:
                 return source, launch, record
@@ -235,6 +257,33 @@ class LLMApplier:
             if self._client is None:
                 self._client = make_client(self.config)
             return self._client
+
+
+def _check_step(parent: KernelContext, candidate: KernelContext,
+                transformation: Transformation, last: bool) -> None:
+    """After the last pass the step changed the kernel or its launch; after every pass
+    each tuning parameter that must be there (the earlier steps'; after the last pass,
+    this step's too) is present and live (one the launch uses counts as live there).
+    Typed ApplyErrors (see step_check)."""
+    if last:
+        require_change(parent, candidate, transformation.id)
+    names = [p.name for p in (candidate.params if last else parent.params)]
+    require_params(candidate.source, tuple(names))
+    launched = {n for n in names
+                if any(re.search(rf"\b{re.escape(n)}\b", v) for v in candidate.launch.values())}
+    dead = dead_parameters(candidate, [n for n in names if n not in launched])
+    if dead:
+        raise DeadParameterError(
+            f"tuning parameter(s) {', '.join(dead)} no longer change the code (the kernel "
+            "is the same at two of their allowed values): each must stay a macro set "
+            "from outside, guarded by #ifndef / #error, and used where its step uses it, "
+            "never #define'd to a fixed value or dropped")
+
+
+def _refused(exc: ApplyError, tid: str, index: int, repairs: int) -> ApplyError:
+    """`exc` (its own type) named with the step and the repairs it had."""
+    after = f" (after {repairs} repair(s))" if repairs else ""
+    return type(exc)(f"{tid} pass {index + 1}: {exc}{after}")
 
 
 def _outcome(exc: ApplyError) -> str:

@@ -147,9 +147,10 @@ class ChatSession:
             self.records[index] = replace(self.records[index], outcome=outcome,
                                           message=message[:200])
 
-    def complete(self, messages: list[dict[str, str]], where: Where) -> tuple[str, int]:
-        """The reply's text and the index of its record; EndpointError when every
-        attempt failed, the endpoint refused, or the token budget is spent."""
+    def complete(self, messages: list[dict[str, str]], where: Where) -> tuple[str, int, bool]:
+        """The reply's text, the index of its record and whether the endpoint cut it off
+        at its token limit (finish_reason "length"); EndpointError when every attempt
+        failed, the endpoint refused, or the token budget is spent."""
         self._check_budget()
         attempts = self._config.max_retries + 1
         for attempt in range(1, attempts + 1):
@@ -173,7 +174,7 @@ class ChatSession:
                 continue
             index = self._record(where, attempt, "ok", getattr(response, "usage", None),
                                  time.monotonic() - started, "")
-            return _reply_text(response), index
+            return _reply_text(response), index, _finish_reason(response) == "length"
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(self, messages: list[dict[str, str]]) -> Any:
@@ -252,6 +253,13 @@ def _reply_text(response: Any) -> str:
     except (AttributeError, IndexError, TypeError) as exc:
         raise EndpointError("the endpoint's response has no choices[0].message") from exc
     return content if isinstance(content, str) else ""
+
+
+def _finish_reason(response: Any) -> str:
+    try:
+        return str(response.choices[0].finish_reason or "")
+    except (AttributeError, IndexError, TypeError):
+        return ""
 
 
 def _one_line(exc: Exception) -> str:

@@ -13,6 +13,7 @@ __all__ = [
     "MissingParameterError",
     "NoCodeError",
     "ScopeError",
+    "TruncatedError",
     "UncompilableError",
     "WrongResultError",
 ]
@@ -28,6 +29,10 @@ class ScopeError(ApplyError):
 
 class MissingParameterError(ApplyError):
     """A tuning parameter the transformation declares never appears in the code."""
+
+
+class TruncatedError(ApplyError):
+    """The endpoint cut the reply off at its token limit (finish_reason "length")."""
 
 
 class BadLaunchError(ApplyError):

@@ -19,6 +19,7 @@ __all__ = [
     "SHADER_LAUNCH_KEYS",
     "launch_keys",
     "fill_placeholders",
+    "step_repair_message",
     "pass_messages",
     "repair_message",
     "wrong_result_message",
@@ -26,8 +27,10 @@ __all__ = [
 
 # 2: wrong results go back to the model for repair. The HIP and HLSL tables below came
 # with their backends: no such prompt was asked before them, so C and CUDA keys stay as
-# they were.
-PROMPT_VERSION = 2
+# they were. 3: each reply is checked against its step (changed, one block, not cut off,
+# every parameter live) and one that fails goes back to the model with what was wrong,
+# so an earlier version's accepted children are not this one's.
+PROMPT_VERSION = 3
 LAUNCH_KEYS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_bytes")
 # An HLSL shader's thread group is its own [numthreads] (group_x, group_y, group_z in the
 # expressions): its launch is the grid of groups alone.
@@ -229,6 +232,16 @@ def repair_message(error: str) -> dict[str, str]:
         "role": "user",
         "content": f"The code failed to compile:\n```\n{text}\n```\nFix it. Reply with the "
                    "whole corrected result in one fenced code block and nothing else.",
+    }
+
+
+def step_repair_message(problem: str) -> dict[str, str]:
+    """The follow-up for a reply that does not do what the step says (see step_check)."""
+    return {
+        "role": "user",
+        "content": f"The reply cannot be accepted: {problem.strip()}. Apply the step as "
+                   "described, keeping everything the earlier steps did. Reply with the "
+                   "whole result in one fenced code block and nothing else.",
     }
 
 
