@@ -241,6 +241,9 @@ def test_backend_compile_check_repairs_with_the_c_backend(
     assert child.source == BLOCKED
     repair = server.chat_requests()[1].body["messages"][3]["content"]
     assert "error" in repair and "ib += MC" in repair  # the compiler's own log
+    assert str(tmp_path) not in repair and "/tmp/" not in repair  # no local folder
+    assert applier.records[0].message.startswith("line ")  # the error, not the command
+    assert "expected" in applier.records[0].message
 
 
 def test_sample_point_meets_the_constraints() -> None:

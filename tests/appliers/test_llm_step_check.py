@@ -9,6 +9,7 @@ import random
 import pytest
 
 from peak_tune.appliers.llm import step_check
+from peak_tune.appliers.llm.compile_check import local_paths_removed
 from peak_tune.appliers.llm.step_check import UnchangedError, dead_parameters, require_change
 from peak_tune.appliers.reference import ReferenceApplier
 from peak_tune.catalog.resolve import Catalog
@@ -90,3 +91,10 @@ def test_no_reference_variant_has_a_dead_parameter(backend: str, device: str) ->
         assert names, "the sequence applied nothing"
         launched = {n for n in names if any(n in v for v in variant.launch.values())}
         assert dead_parameters(variant, [n for n in names if n not in launched]) == []
+
+
+def test_compile_logs_go_out_without_this_machines_folders() -> None:
+    log = ("$ /usr/bin/gcc -O3 -o /tmp/peak-tune-c-x1/ab12.so /tmp/peak-tune-c-x1/kernel.c\n"
+           "/tmp/peak-tune-c-x1/kernel.c:4:5: error: expected ';' (see /home/ann/x.h)")
+    assert local_paths_removed(log) == ("$ gcc -O3 -o ab12.so kernel.c\n"
+                                        "kernel.c:4:5: error: expected ';' (see x.h)")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from peak_tune.appliers.base import derive_child
 from peak_tune.backends import capabilities
+from peak_tune.backends._compiler import first_error
 from peak_tune.catalog.loaders import SHADER_GROUP_NAMES
 from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
 from peak_tune.core import KernelContext
@@ -219,7 +220,7 @@ class LLMApplier:
             if found is None:
                 return source, launch, record
             problem = found
-            self._session.mark(record, problem[0], _first_line(problem[1]))
+            self._session.mark(record, problem[0], _recorded(*problem))
             log.info("%s pass %d: %s, %s", transformation.id, index + 1, problem[0],
                      "repairing" if turn < self.config.repairs else "no repairs left")
             follow_up = (repair_message(problem[1]) if problem[0] == "compile_error"
@@ -295,7 +296,13 @@ def _exhausted(tid: str, index: int, repairs: int, outcome: str, text: str) -> A
         return WrongResultError(f"{tid} pass {index + 1}: still computes wrong results after "
                                 f"{repairs} repair(s): {_first_line(text)}")
     return UncompilableError(f"{tid} pass {index + 1}: still fails to compile after "
-                             f"{repairs} repair(s): {_first_line(text)}")
+                             f"{repairs} repair(s): {_recorded(outcome, text)}")
+
+
+def _recorded(outcome: str, text: str) -> str:
+    """What the journal keeps of a problem: a compile log's first error line (not the
+    command that starts it), else the first line."""
+    return first_error(text, 1)[:200] if outcome == "compile_error" else _first_line(text)
 
 
 def _first_line(text: str | None) -> str:

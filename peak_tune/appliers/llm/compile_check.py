@@ -4,6 +4,7 @@ loop then sees exactly the errors the tuner would hit."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 
 from peak_tune.backends.base import Backend
@@ -11,9 +12,11 @@ from peak_tune.core import KernelContext
 from peak_tune.errors import CompileError, ExpressionError, InvalidPoint
 from peak_tune.expr import evaluate_bool
 
-__all__ = ["backend_compile_check", "sample_point"]
+__all__ = ["backend_compile_check", "local_paths_removed", "sample_point"]
 
 _MAX_POINTS = 4096
+# an absolute path's folders (a build folder, a temporary one, the user's home)
+_FOLDERS = re.compile(r"(?<![\w.])/(?:[^\s/:'\"()\[\]]+/)+(?=[^\s/:'\"()\[\]]+)")
 
 
 def backend_compile_check(
@@ -22,18 +25,25 @@ def backend_compile_check(
     """compile_check(context) -> the compiler's log on a CompileError, else None.
 
     The variant is built at one legal tuning point (`sample_point`). A point the device
-    cannot run (InvalidPoint: too much shared memory, ...) is not a compile error."""
+    cannot run (InvalidPoint: too much shared memory, ...) is not a compile error. The
+    log goes to the endpoint: absolute paths in it are cut to their file names."""
 
     def compile_check(context: KernelContext) -> str | None:
         try:
             backend.compile(context, sample_point(context), dtype, build_dir)
         except CompileError as exc:
-            return exc.detail or str(exc)
+            return local_paths_removed(exc.detail or str(exc))
         except InvalidPoint:
             return None
         return None
 
     return compile_check
+
+
+def local_paths_removed(log: str) -> str:
+    """`log` with every absolute path cut to its last part (`/tmp/pt-x/kernel.c:4:` ->
+    `kernel.c:4:`): no folder of this machine goes out with a repair."""
+    return _FOLDERS.sub("", log)
 
 
 def sample_point(context: KernelContext) -> dict[str, int]:
