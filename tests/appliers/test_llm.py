@@ -424,8 +424,9 @@ def test_500_three_times_exhausts_the_retries(
 ) -> None:
     server.script(error(500), error(500), error(500))
     applier = applier_for(server, max_retries=2)
-    with pytest.raises(EndpointError, match="failed 3 time"):
+    with pytest.raises(EndpointError, match="failed 3 time") as caught:
         applier.apply(c_seed, catalog.transformations["loop-interchange"], cpu)
+    assert f"the endpoint {server.url}/v1 failed" in str(caught.value)  # which one
     assert len(server.chat_requests()) == 3
     assert [r.outcome for r in applier.records] == ["server_error"] * 3
 

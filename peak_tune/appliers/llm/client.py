@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from peak_tune.errors import UserError
 
-from .config import LLMConfig
+from .config import LLMConfig, redact_url
 from .errors import BudgetExhausted, EndpointError
 from .limits import RequestGate
 from .prices import Price, price_for
@@ -161,11 +161,13 @@ class ChatSession:
                 outcome, retry = _classify(exc)
                 message = f"{type(exc).__name__}: {_one_line(exc)}"
                 self._record(where, attempt, outcome, None, time.monotonic() - started, message)
+                at = redact_url(self._config.base_url)
                 if not retry:
-                    raise EndpointError(f"the endpoint refused the request ({message})") from exc
+                    raise EndpointError(f"the endpoint {at} refused the request "
+                                        f"({message})") from exc
                 if attempt == attempts:
-                    raise EndpointError(f"the endpoint failed {attempts} time(s); last: "
-                                        f"{message}") from exc
+                    raise EndpointError(f"the endpoint {at} failed {attempts} time(s); "
+                                        f"last: {message}") from exc
                 delay = min(max(self._config.backoff_s * 2 ** (attempt - 1),
                                 _retry_after_s(exc)), _MAX_BACKOFF_S)
                 log.info("%s pass %d: %s; retry %d in %.1f s", where.transform_id,

@@ -51,9 +51,11 @@ Rules:
 1. Apply exactly the edit the step describes and nothing else: no other optimisations, \
 no renaming, no reformatting of code the step does not touch.
 2. Tuning parameters are preprocessor macros whose values an autotuner chooses and \
-passes with -D at compile time. Introduce each new one with a guard \
-(#ifndef NAME / #error "NAME must be defined" / #endif). Never choose their values: \
-never #define them to a number and never replace them by numbers.
+passes with -D at compile time, as DTYPE (the element type) is. Introduce each new one \
+with a guard (#ifndef NAME / #error "NAME must be defined" / #endif). Never choose their \
+values: never #define them to a number and never replace them by numbers. Keep every \
+parameter already in the kernel in use as the earlier steps used it: the tuner checks \
+that each one still changes the code.
 3. Keep the entry point `{entry}` with exactly its current signature (name, return \
 type, parameter types and names), unless the step itself asks for a qualifier.
 4. The kernel must stay correct for every problem size, including sizes that are not \
@@ -203,7 +205,8 @@ def pass_messages(
         *([fill_placeholders(_VOCABULARY[context.backend], device), ""]
           if context.backend in _VOCABULARY else []),
         "## Tuning parameters already in the kernel (values chosen by the tuner)",
-        _params_line(context.params),
+        _params_line(tuple(p for p in context.params
+                           if p.introduced_by != transformation.id)),
         "",
         "## Tuning parameters this transformation introduces",
         _params_line(transformation.params),
