@@ -50,6 +50,14 @@ def _bench_options(p: argparse.ArgumentParser, size: Callable[[str], Any]) -> No
     p.add_argument("--applier", choices=("reference", "llm"),
                    help="default llm when OPENAI_MODEL and OPENAI_API_KEY are set")
     p.add_argument("--model", help="the LLM applier's model (default: OPENAI_MODEL)")
+    p.add_argument("--temperature", type=float, help="the LLM's sampling temperature")
+    p.add_argument("--repairs", type=int,
+                   help="repair attempts per LLM step: a reply that fails a step check, "
+                        "does not compile or computes wrong results goes back (default 2)")
+    p.add_argument("--llm-timeout", type=float, help="seconds per LLM request (default 120)")
+    p.add_argument("--llm-config", metavar="FILE",
+                   help="LLM settings in TOML (model, base_url, temperature, repairs, ...); "
+                        "options given here win")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per evaluation")
     p.add_argument("--repeats", type=int, default=7, help="timed runs per evaluation")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -107,18 +115,37 @@ def _store_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true")
 
 
+def _llm(args: argparse.Namespace) -> tuple[str | None, dict[str, object]]:
+    """(the model, LLMConfig fields): --llm-config's, then the options given."""
+    settings: dict[str, object] = {}
+    if getattr(args, "llm_config", None):
+        from peak_tune.appliers.llm.config import load_llm_settings
+
+        settings = load_llm_settings(Path(args.llm_config))
+    model = getattr(args, "model", None) or settings.pop("model", None)
+    for field_name, option in (("temperature", "temperature"), ("repairs", "repairs"),
+                               ("timeout_s", "llm_timeout")):
+        value = getattr(args, option, None)
+        if value is not None:
+            settings[field_name] = value
+    return (str(model) if model else None), settings
+
+
 def _config(args: argparse.Namespace) -> WorkbenchConfig:
     from peak_tune.cli import _default_applier
 
+    model, llm_settings = _llm(args)
     return WorkbenchConfig(
         results=Path(args.results), catalogs=tuple(args.catalog),
         target=Target(getattr(args, "kernel", None), getattr(args, "backend", None),
                       getattr(args, "device", None), getattr(args, "dtype", None),
                       getattr(args, "size", None)),
-        applier=getattr(args, "applier", None) or _default_applier(),
-        model=getattr(args, "model", None),
+        applier=getattr(args, "applier", None) or (
+            "llm" if getattr(args, "llm_config", None) else _default_applier()),
+        model=model,
         eval_config=EvalConfig(timeout_s=getattr(args, "timeout", 60.0),
                                repeats=getattr(args, "repeats", 7)),
+        llm_settings=llm_settings,
     )
 
 

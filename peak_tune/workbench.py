@@ -65,6 +65,7 @@ class WorkbenchConfig:
     applier: str = "reference"
     model: str | None = None  # the LLM applier's model (else OPENAI_MODEL)
     eval_config: EvalConfig = field(default_factory=EvalConfig)
+    llm_settings: Mapping[str, object] = field(default_factory=dict)  # LLMConfig fields
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,8 @@ class Workbench:
         """As a tuning session builds it: the LLM one repairs compile errors and wrong
         results."""
         against = AppliedWith(backend, spec, dtype, self.cache, self.config.eval_config)
-        return wired_applier(self.config.applier, self.config.model, {}, against)
+        return wired_applier(self.config.applier, self.config.model,
+                             dict(self.config.llm_settings), against)
 
     def context(self, checkpoint: Checkpoint | None, pipe: Pipeline) -> KernelContext:
         if checkpoint is None:

@@ -126,3 +126,31 @@ def test_a_bad_study_config_file_is_one_line(tmp_path: Path, text: str, message:
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and message in done.stderr
     assert "sk-in-a-file" not in done.stderr
+
+
+def test_apply_takes_the_llm_settings_and_an_echoed_reply_is_no_step(tmp_path: Path) -> None:
+    """`apply` reads --llm-config and --repairs / --temperature as `tune` does; a reply
+    that sends the kernel back unchanged is told so and, unrepaired, ends in one line
+    with no checkpoint saved."""
+    seed = (Path(__file__).resolve().parents[1] / "seeds" / "matmul" / "naive.c").read_text()
+    with LLMServer(models=("file-model",)) as server:
+        config = tmp_path / "llm.toml"
+        config.write_text(f'model = "file-model"\nbase_url = "{server.url}/v1"\n')
+        server.script(reply(fenced(seed)), reply(fenced(seed)))
+        done = peak("apply", "loop-interchange", "--llm-config", str(config), "--repairs",
+                    "1", "--temperature", "0.4", "--results", str(tmp_path / "r"),
+                    env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+        assert done.returncode != 0
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "loop-interchange was not applied" in done.stderr
+        first, second = server.chat_requests()  # the file's endpoint, one repair
+        assert first.body["model"] == "file-model" and first.body["temperature"] == 0.4
+        assert "cannot be accepted" in second.body["messages"][-1]["content"]
+        assert not (tmp_path / "r" / "checkpoints.json").exists()
+
+        server.script(reply(fenced(INTERCHANGED)))
+        done = peak("apply", "loop-interchange", "--llm-config", str(config), "--sample",
+                    "1", "--results", str(tmp_path / "r"),
+                    env={"OPENAI_API_KEY": KEY})
+        assert done.returncode == 0, done.stderr
+        assert "cp1" in (tmp_path / "r" / "checkpoints.json").read_text()
