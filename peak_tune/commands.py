@@ -245,14 +245,15 @@ def _print_stats_table(rows: list[dict[str, Any]]) -> None:
     from peak_tune.appliers.llm.stats import dollars
 
     print(f"{'transformation':<22} {'model':<18} {'pos':>3} {'apps':>5} {'ok %':>6} "
-          f"{'calls/ok':>8} {'tokens':>9} {'cost':>10}  failures")
+          f"{'calls/ok':>8} {'tokens':>9} {'cost':>10}  failures; checks failed (repaired)")
     for r in rows:
         per = f"{r['mean_calls_to_success']:.2f}" if r["mean_calls_to_success"] else "-"
         tokens = r["prompt_tokens"] + r["completion_tokens"]
         failures = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "-"
+        checks = ", ".join(f"{k} {v}" for k, v in r["check_failures"].items()) or "-"
         print(f"{r['transformation']:<22} {r['model']:<18} {r['position']:>3} "
               f"{r['applications']:>5} {100 * r['success_rate']:>6.1f} {per:>8} {tokens:>9} "
-              f"{dollars(r['cost_usd']):>10}  {failures}")
+              f"{dollars(r['cost_usd']):>10}  {failures}; {checks} ({r['repaired']})")
 
 
 def _print_spend(records: list[Any]) -> None:

@@ -61,6 +61,9 @@ def test_stats_report_success_per_transformation_and_position(tmp_path: Path) ->
     assert rows["loop-interchange"]["position"] == "0"
     assert rows["unroll-k"]["success_rate"] == "0.0"
     assert json.loads(rows["unroll-k"]["failures"]) == {"no_code": 1}  # one application
+    assert json.loads(rows["unroll-k"]["check_failures"]) == {"no_code": 2}  # both replies
+    assert rows["unroll-k"]["repaired"] == rows["loop-interchange"]["repaired"] == "0"
+    assert "no_code 2 (0)" in shown.stdout
 
 
 def closed_port() -> int:

@@ -1,6 +1,8 @@
 """Research records of the LLM applier (the paper's questions): per transformation,
 model and position in the sequence, how often an application succeeds, how it fails,
-how many attempts success takes, and the tokens and dollars spent.
+how many attempts success takes, which checks replies failed on the way (repaired or
+not: which transformation texts need rewording for a model), and the tokens and
+dollars spent.
 
 Every call record is appended to `<cache>/llm-calls.jsonl` by the tuning session, with
 the study's name; one application is the calls for one (parent variant, transformation,
@@ -19,10 +21,14 @@ from typing import Any
 
 from .client import CallRecord
 
-__all__ = ["JOURNAL", "append_records", "dollars", "read_records", "summarize", "totals",
+__all__ = ["CHECKS", "JOURNAL", "append_records", "dollars", "read_records", "summarize", "totals",
            "totals_by", "write_csv"]
 
 JOURNAL = "llm-calls.jsonl"
+# the outcomes of a reply that did not do what its step says (LLMApplier's checks);
+# the rest (rate_limited, server_error, ...) are the endpoint's
+CHECKS = ("no_code", "truncated", "scope", "unchanged", "missing_param", "dead_param",
+          "bad_launch", "compile_error", "wrong_result")
 
 
 def append_records(folder: Path, records: Iterable[CallRecord], study: str = "") -> None:
@@ -52,6 +58,8 @@ def summarize(records: Sequence[CallRecord]) -> list[dict[str, Any]]:
     for (tid, model, position), apps in sorted(groups.items()):
         succeeded = [calls for calls in apps if calls[-1].outcome == "ok"]
         failures = Counter(calls[-1].outcome for calls in apps if calls[-1].outcome != "ok")
+        checks = Counter(r.outcome for calls in apps for r in calls if r.outcome in CHECKS)
+        repaired = sum(1 for calls in succeeded if any(r.outcome in CHECKS for r in calls))
         rows.append({
             "transformation": tid, "model": model, "position": position,
             "applications": len(apps), "succeeded": len(succeeded),
@@ -59,6 +67,8 @@ def summarize(records: Sequence[CallRecord]) -> list[dict[str, Any]]:
             "mean_calls_to_success": (sum(len(c) for c in succeeded) / len(succeeded)
                                       if succeeded else None),
             "failures": dict(failures),
+            "check_failures": dict(sorted(checks.items())),
+            "repaired": repaired,
             **totals([r for calls in apps for r in calls]),
         })
     return rows
@@ -94,4 +104,5 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
         for row in rows:
             cost = row.get("cost_usd")
             writer.writerow({**row, "failures": json.dumps(row.get("failures", {})),
+                             "check_failures": json.dumps(row.get("check_failures", {})),
                              "cost_usd": "unknown" if cost is None else f"{cost:.6f}"})
