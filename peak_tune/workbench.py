@@ -15,6 +15,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from peak_tune.appliers.base import Applier
 from peak_tune.appliers.wiring import AppliedWith, LLMJournal, wired_applier
@@ -116,6 +117,9 @@ class ApplyResult:
     evaluation: Evaluation
     checkpoint: Checkpoint | None  # None when the variant failed validation
     reused: bool  # the same step from the same parent was checkpointed before
+    # the LLM applier's calls for this step: calls, repairs, tokens, cost_usd (None:
+    # another applier, or no call: the step came from the cache)
+    llm: Mapping[str, Any] | None = None
 
     @property
     def defaults_used(self) -> list[str]:
@@ -274,7 +278,9 @@ class Workbench:
         inherited = dict(start.params) if start else {}
         values, sources = self._values(parent, t, inherited, request.params, parent_label)
         misses = self.cache.counters.misses
+        calls_before = len(getattr(pipe.applier, "records", ()))
         child = self._apply_step(pipe, parent, t, request.sample, parent_label)
+        llm = _llm_use(list(getattr(pipe.applier, "records", ()))[calls_before:])
         applied_from_cache = self.cache.counters.misses == misses
         values, sources = _for_variant(child, values, sources)
         evaluation = self._measure(pipe, r, child, values)
@@ -295,7 +301,7 @@ class Workbench:
             diff=source_diff(parent.source, child.source, parent_label, new_label),
             params=values, param_sources=sources, context_hash=child.content_hash(),
             applied_from_cache=applied_from_cache, evaluation=evaluation,
-            checkpoint=checkpoint, reused=reused)
+            checkpoint=checkpoint, reused=reused, llm=llm)
 
     def _apply_step(self, pipe: Pipeline, parent: KernelContext, t: Transformation,
                     sample: int, parent_label: str) -> KernelContext:
@@ -432,3 +438,14 @@ def _for_variant(child: KernelContext, values: dict[str, int], sources: dict[str
         else:
             out_values[p.name], out_sources[p.name] = p.values[0], "first allowed value"
     return out_values, out_sources
+
+
+def _llm_use(records: list[Any]) -> dict[str, Any] | None:
+    """Calls, repairs (follow-ups sent back to the model), tokens and dollars of an LLM
+    applier's records; None for none."""
+    if not records:
+        return None
+    from peak_tune.appliers.llm.stats import totals
+
+    return {**totals(records),
+            "repairs": sum(1 for r in records if r.turn > 0 and r.attempt == 1)}

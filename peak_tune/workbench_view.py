@@ -49,6 +49,13 @@ def apply_text(result: ApplyResult) -> str:
     if result.defaults_used:
         lines.append(f"defaults   used for {', '.join(result.defaults_used)} "
                      "(give --params NAME=VALUE to choose)")
+    if result.llm:
+        from peak_tune.appliers.llm.stats import dollars
+
+        use = result.llm
+        lines.append(f"llm        {use['calls']} call(s), {use['repairs']} repair(s), "
+                     f"{use['prompt_tokens'] + use['completion_tokens']} tokens, "
+                     f"{dollars(use['cost_usd'])}")
     lines.append(evaluation_text(result.evaluation))
     lines.append(f"compiles   {result.evaluation.compiles}")
     if result.checkpoint is None:
@@ -79,6 +86,7 @@ def apply_json(result: ApplyResult) -> dict[str, Any]:
         "cache": {"application_hit": result.applied_from_cache,
                   "evaluation_hit": result.evaluation.outcome.cached,
                   "compiles": result.evaluation.compiles},
+        "llm": dict(result.llm) if result.llm else None,
         "diff": result.diff,
     }
 

@@ -153,7 +153,9 @@ def test_apply_takes_the_llm_settings_and_an_echoed_reply_is_no_step(tmp_path: P
 
         server.script(reply(fenced(INTERCHANGED)))
         done = peak("apply", "loop-interchange", "--llm-config", str(config), "--sample",
-                    "1", "--results", str(tmp_path / "r"),
+                    "1", "--results", str(tmp_path / "r"), "--json",
                     env={"OPENAI_API_KEY": KEY})
         assert done.returncode == 0, done.stderr
         assert "cp1" in (tmp_path / "r" / "checkpoints.json").read_text()
+        llm = last_json(done.stdout)["llm"]
+        assert (llm["calls"], llm["repairs"], llm["prompt_tokens"]) == (1, 0, 100)
