@@ -26,7 +26,7 @@ from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.checkpoints import SEED, Checkpoint, CheckpointStore, Timing, now, timing_key
 from peak_tune.core import KernelContext, KernelSpec, Measurement, Outcome, ProblemSize, Status
-from peak_tune.errors import InvalidPoint, UserError
+from peak_tune.errors import ApplyError, InvalidPoint, UserError
 from peak_tune.pipeline import Pipeline, PipelineSetup, check_sequence, seed_context
 
 __all__ = ["ApplyRequest", "ApplyResult", "Evaluation", "Target", "Workbench",
@@ -305,10 +305,16 @@ class Workbench:
 
     def _apply_step(self, pipe: Pipeline, parent: KernelContext, t: Transformation,
                     sample: int, parent_label: str) -> KernelContext:
+        misses = self.cache.counters.misses
         try:
             return pipe.apply_one(parent, t, sample)
         except InvalidPoint as exc:
             raise UserError(f"cannot apply {t.id} to {parent_label}: {exc}") from exc
+        except ApplyError as exc:
+            if self.cache.counters.misses != misses:
+                raise
+            raise ApplyError(f"{exc} (the cached answer of sample {sample}: --sample "
+                             f"{sample + 1} asks the applier afresh)") from exc
         finally:
             self.journal.write(pipe.applier)
 

@@ -150,10 +150,15 @@ def test_apply_takes_the_llm_settings_and_an_echoed_reply_is_no_step(tmp_path: P
         assert first.body["model"] == "file-model" and first.body["temperature"] == 0.4
         assert "cannot be accepted" in second.body["messages"][-1]["content"]
         assert not (tmp_path / "r" / "checkpoints.json").exists()
+        again = peak("apply", "loop-interchange", "--llm-config", str(config),
+                     "--temperature", "0.4", "--results", str(tmp_path / "r"),
+                     env={"OPENAI_API_KEY": KEY})  # the same application: from the cache
+        assert again.returncode != 0 and len(server.chat_requests()) == 2  # no new call
+        assert "cached answer of sample 0: --sample 1 asks the applier afresh" in again.stderr
 
         server.script(reply(fenced(INTERCHANGED)))
         done = peak("apply", "loop-interchange", "--llm-config", str(config), "--sample",
-                    "1", "--results", str(tmp_path / "r"), "--json",
+                    "1", "--temperature", "0.4", "--results", str(tmp_path / "r"), "--json",
                     env={"OPENAI_API_KEY": KEY})
         assert done.returncode == 0, done.stderr
         assert "cp1" in (tmp_path / "r" / "checkpoints.json").read_text()
