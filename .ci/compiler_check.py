@@ -1,13 +1,15 @@
-"""CI: does DXC's library build the HLSL variants on this machine, each within a minute?
+"""CI: does a compiler library (DXC's or Slang's) build the HLSL variants on this
+machine, each within a minute? `python .ci/compiler_check.py dxc|slang`
 
-The library comes from a third-party source package, and on one CI machine it never
+The libraries come from third-party packages, and on one CI machine DXC's never
 returned from builds that take 0.1 s elsewhere (each test then waited out the 300 s hang
 limit). This builds what the HLSL tests build first (the seed at several group sizes, in
-fp32 and fp16, the groupshared fixture, and each reference step with what it requires)
-and, for a build that outlives a minute, reports where DXC's process is (every thread's
-kernel wait channel and system call, and gdb's backtraces when gdb is here), kills it
-and stops. Exit 0 when every build came back, 1 when one hung or failed: CI then runs
-the tests without DXC and prints this report after them.
+fp32 and fp16, the groupshared fixture, the cooperative-matrix one for Slang, and each
+reference step with what it requires) and, for a build that outlives a minute, reports
+where the compiler's process is (every thread's kernel wait channel and system call,
+and gdb's backtraces when gdb is here), kills it and stops. Exit 0 when every build
+came back, 1 when one hung or failed: CI then runs the tests without that library and
+prints this report after them.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from tests.appliers.test_reference_hlsl import applied, params_of, with_requirem
 BUILD_LIMIT_S = 60.0
 SEED = (ROOT / "seeds" / "matmul" / "naive.hlsl").read_text()
 TILED = (ROOT / "tests" / "fixtures" / "hlsl" / "tiled.hlsl").read_text()
+COOPMAT = (ROOT / "tests" / "fixtures" / "hlsl" / "coopmat_fp16.slang").read_text()
 
 
-def cases() -> list[tuple[str, str, dict[str, str | int], bool]]:
+def cases(compiler: str) -> list[tuple[str, str, dict[str, str | int], bool]]:
     """(name, source, defines, 16-bit types) for each build."""
     from peak_tune.catalog.resolve import Catalog
     found: list[tuple[str, str, dict[str, str | int], bool]] = [
@@ -41,6 +44,8 @@ def cases() -> list[tuple[str, str, dict[str, str | int], bool]]:
         ("seed 32x4 half", SEED, {"DTYPE": "half", "BLOCK_X": 32, "BLOCK_Y": 4}, True),
         ("seed 64x32", SEED, {"BLOCK_X": 64, "BLOCK_Y": 32}, False),
         ("tiled 8", TILED, {"TILE": 8}, False)]
+    if compiler == "slang":
+        found.append(("cooperative matrices", COOPMAT, {"WAVE": 32}, True))
     catalog = Catalog.with_user_folders()
     lavapipe = catalog.device("lavapipe")
     for step in HLSL_STEPS:
@@ -78,13 +83,14 @@ def where_it_is(pid: int) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    compiler = find_compiler("dxc")
-    print(f"DXC check: {compiler.label} at {compiler.path}")
+def main(argv: list[str]) -> int:
+    compiler = find_compiler(argv[0] if argv else "dxc")
+    print(f"{compiler.name} check: {compiler.label} at {compiler.path}")
     failed = 0
     with tempfile.TemporaryDirectory(prefix="peak-tune-dxc-check-") as folder:
-        for index, (name, source, defines, sixteen_bit) in enumerate(cases()):
-            shader, built = Path(folder) / f"{index}.hlsl", Path(folder) / f"{index}.spv"
+        for index, (name, source, defines, sixteen_bit) in enumerate(cases(compiler.name)):
+            suffix = ".slang" if compiler.name == "slang" else ".hlsl"
+            shader, built = Path(folder) / f"{index}{suffix}", Path(folder) / f"{index}.spv"
             shader.write_text(source)
             command = compiler.command(shader, built, defines, sixteen_bit)
             started = time.monotonic()
@@ -109,4 +115,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
