@@ -30,6 +30,7 @@ from peak_tune.appliers.llm import (
 )
 from peak_tune.appliers.llm.compile_check import sample_point
 from peak_tune.appliers.llm.parse import entry_signature
+from peak_tune.appliers.llm.regions import split
 from peak_tune.appliers.reference import ReferenceApplier
 from peak_tune.backends import make_backend
 from peak_tune.cache import Cache, application_key
@@ -574,12 +575,13 @@ def test_an_hlsl_step_gets_the_shader_vocabulary_and_a_grid_only_launch(
     refactored = reference.apply(seed, catalog.transformation("refactor"), lavapipe)
     tiled = reference.apply(refactored, catalog.transformation("tb-tiling"), lavapipe)
     grid = {"grid_x": "ceil_div(N, group_x)", "grid_y": "ceil_div(M, BLOCK_M)"}  # group_x: BLOCK_N
-    server.script(reply(fenced(tiled.source, "hlsl")),
+    macros = split(tiled.source).macros  # pass 1 asks for the macros region alone
+    server.script(reply(fenced(macros, "hlsl")),
                   reply(fenced(tiled.source.replace("GroupMemoryBarrierWithGroupSync();",
                                                     "__syncthreads();", 1), "hlsl")),
                   reply(fenced(tiled.source, "hlsl")),
                   reply(fenced(json.dumps(grid), "json")),
-                  reply(fenced(tiled.source, "hlsl")), reply(fenced(tiled.source, "hlsl")),
+                  reply(fenced(macros, "hlsl")), reply(fenced(tiled.source, "hlsl")),
                   reply(fenced(json.dumps({**grid, "block_x": "BLOCK_N"}), "json")),
                   reply(fenced(json.dumps({**grid, "block_x": "BLOCK_N"}), "json")))
     backend = make_backend("hlsl", lavapipe)
@@ -594,6 +596,8 @@ def test_an_hlsl_step_gets_the_shader_vocabulary_and_a_grid_only_launch(
     assert child.source == tiled.source and dict(child.launch) == grid
     asked = [r.body["messages"] for r in server.chat_requests()]
     first = asked[0][1]["content"]
+    assert "Reply with the macros region alone" in first
+    assert "Reply with the device code alone, from `" in asked[1][1]["content"]
     assert "this kernel is an HLSL compute shader for Vulkan" in first
     assert "at most 1024 threads" in first and "at most 32 KiB" in first  # lavapipe's
     assert "__syncthreads" in asked[2][3]["content"]  # glslang's own log, for the repair

@@ -10,6 +10,8 @@ import pytest
 
 from peak_tune.appliers.llm import step_check
 from peak_tune.appliers.llm.compile_check import local_paths_removed
+from peak_tune.appliers.llm.errors import ScopeError
+from peak_tune.appliers.llm.regions import merge_reply, split
 from peak_tune.appliers.llm.step_check import UnchangedError, dead_parameters, require_change
 from peak_tune.appliers.reference import ReferenceApplier
 from peak_tune.catalog.resolve import Catalog
@@ -98,3 +100,33 @@ def test_compile_logs_go_out_without_this_machines_folders() -> None:
            "/tmp/peak-tune-c-x1/kernel.c:4:5: error: expected ';' (see /home/ann/x.h)")
     assert local_paths_removed(log) == ("$ gcc -O3 -o ab12.so kernel.c\n"
                                         "kernel.c:4:5: error: expected ';' (see x.h)")
+
+
+MACROS = '#include <omp.h>\n#ifndef CHUNK\n#error "CHUNK must be defined"\n#endif\n\n'
+DEVICE = "void f(float *C, int n) {\n    for (int i = 0; i < n; i++) C[i] = 0;\n}\n"
+
+
+def test_regions_split_at_the_first_line_of_code() -> None:
+    assert split(MACROS + DEVICE) == (MACROS, DEVICE)
+    assert split("/* a\n   comment */\n#define X \\\n  2\n" + DEVICE).device == DEVICE
+    assert split(DEVICE) == ("", DEVICE)
+
+
+def test_a_pass_gets_its_region_back_and_the_other_is_kept_byte_for_byte() -> None:
+    source = MACROS + DEVICE
+    edited = DEVICE.replace("= 0;", "= 1;")
+    assert merge_reply(source, "device", edited) == MACROS + edited  # the region alone
+    assert merge_reply(source, "device", MACROS + edited) == MACROS + edited  # or it all
+    more = MACROS + "#define PT_TWO 2\n"
+    assert merge_reply(source, "macros", more) == more + DEVICE
+    # device code that opens with a directive of its own is still device code
+    assert merge_reply(source, "device", "#define Y 1\n" + edited) == \
+        MACROS + "#define Y 1\n" + edited
+
+
+def test_an_edit_outside_the_pass_region_is_refused() -> None:
+    source = MACROS + DEVICE
+    with pytest.raises(ScopeError, match="the macros pass changed the device code"):
+        merge_reply(source, "macros", MACROS + "#define Z 3\n" + DEVICE.replace("0;", "2;"))
+    with pytest.raises(ScopeError, match="the device pass changed the macros region"):
+        merge_reply(source, "device", MACROS.replace("<omp.h>", "<math.h>") + DEVICE)

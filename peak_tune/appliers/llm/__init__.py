@@ -53,6 +53,7 @@ from .prompts import (
     step_repair_message,
     wrong_result_message,
 )
+from .regions import merge_reply
 from .result_check import ResultCheck, backend_result_check
 from .step_check import DeadParameterError, UnchangedError, dead_parameters, require_change
 
@@ -249,7 +250,7 @@ class LLMApplier:
             if current.backend == "hlsl":
                 names |= SHADER_GROUP_NAMES  # the shader's numthreads
             return current.source, parse_launch(reply, names, keys, required)
-        source = code_block(reply)
+        source = merge_reply(current.source, step.region, code_block(reply))
         require_signature(parent.source, source, parent.entry)
         return source, dict(current.launch)
 

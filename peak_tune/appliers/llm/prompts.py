@@ -13,6 +13,8 @@ from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
 from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.errors import ApplyError
 
+from .regions import first_code_line, split
+
 __all__ = [
     "LAUNCH_KEYS",
     "PROMPT_VERSION",
@@ -60,7 +62,8 @@ that each one still changes the code.
 type, parameter types and names), unless the step itself asks for a qualifier.
 4. The kernel must stay correct for every problem size, including sizes that are not \
 multiples of any tile.
-5. Reply with the whole edited kernel source in one fenced code block and nothing else."""
+5. Reply with the part of the source the message asks for (one region: the macros or \
+the device code) in one fenced code block and nothing else."""
 
 _LAUNCH_RULES = """\
 You are a GPU performance engineer. You carry out one step of a kernel optimisation, \
@@ -221,9 +224,24 @@ def pass_messages(
                   json.dumps(dict(context.launch), indent=1), "```",
                   "", "Reply with the whole new launch geometry in one fenced ```json block."]
     else:
-        lines += ["", "Reply with the whole edited kernel source in one fenced code block "
-                      "and nothing else."]
+        lines += ["", _region_request(context.source, step.region)]
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
+
+
+def _region_request(source: str, region: str) -> str:
+    """What a code pass asks back: its region alone (see regions.py)."""
+    start = first_code_line(source)
+    if region == "macros":
+        now = "" if split(source).macros.strip() else ", empty now"
+        return (f"Reply with the macros region alone (the preprocessor lines above the "
+                f"code{now}), edited as the step says, in one fenced code block and nothing "
+                f"else; the device code from `{start}` on stays as it is.")
+    if not split(source).macros.strip():
+        return "Reply with the whole edited kernel source in one fenced code block and " \
+               "nothing else."
+    return (f"Reply with the device code alone, from `{start}` on, edited as the step says, "
+            "in one fenced code block and nothing else; the macros above it stay as they "
+            "are.")
 
 
 def repair_message(error: str) -> dict[str, str]:
