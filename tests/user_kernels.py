@@ -20,9 +20,16 @@ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
             for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
             C[i * N + j] = acc;
         }
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    usleep((useconds_t)((now.tv_nsec / 1000) % 20000));
+    /* 0-20 ms of sleep, drawn afresh each call (a generator seeded from the clock once:
+       the clock's own microseconds can alias with a steady run period and repeat) */
+    static unsigned state;
+    if (state == 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        state = (unsigned)now.tv_nsec | 1u;
+    }
+    state = state * 1103515245u + 12345u;
+    usleep((useconds_t)((state >> 8) % 20000));
 }
 """
 
