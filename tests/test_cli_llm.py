@@ -40,6 +40,9 @@ def test_llm_applier_tunes_and_a_repeat_makes_no_call(tmp_path: Path) -> None:
         again = peak(*args, env=endpoint(server.url + "/v1"))
         assert again.returncode == 0, again.stderr
         assert chat_calls(server) == 1  # the repeat comes from the cache
+        repeat = last_json(again.stdout)
+        assert repeat["cache"]["compiles"] == 0 and repeat["cache"]["misses"] == 0
+        assert repeat["best"]["params"] == data["best"]["params"]
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
