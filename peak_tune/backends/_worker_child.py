@@ -52,6 +52,10 @@ def serve(handlers: Mapping[str, Handler], argv: Sequence[str] | None = None,
             if control >= 0 and request.get("op") == "begin":
                 _run_job(handlers, request, requests, replies, control)
                 continue
+            if control >= 0 and request.get("op") == "end":
+                # the end of a job that died before reading it: its report is on the
+                # control pipe, and an answer here would read as a forged reply
+                continue
             if control >= 0 and request.get("op") in job_ops:
                 reply = {"ok": False, "kind": "crash", "message": "no job to run it in"}
             else:
