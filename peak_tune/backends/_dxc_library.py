@@ -20,8 +20,9 @@ import os
 import platform
 import sys
 import uuid
-from importlib.util import find_spec
 from pathlib import Path
+
+from peak_tune.backends._packaged import packaged_library
 
 __all__ = ["find_library", "main"]
 
@@ -55,19 +56,9 @@ _IID_RESULT = _Guid.of("58346cda-dde7-4497-9461-6f87af5e0659")
 
 def find_library() -> str | None:
     """$PEAK_TUNE_DXC_LIBRARY, else the DXC library inside an installed compushady."""
-    named = os.environ.get(_LIBRARY_ENV)
-    if named:
-        return named if Path(named).is_file() else None
-    try:
-        spec = find_spec("compushady")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or spec.origin is None:
-        return None
-    folder = Path(spec.origin).parent / "backends"
     name = ("libdxcompiler.3.7.dylib" if platform.system() == "Darwin"
             else f"libdxcompiler_{platform.machine()}.so.3.7")
-    return str(folder / name) if (folder / name).is_file() else None
+    return packaged_library(_LIBRARY_ENV, "compushady", f"backends/{name}")
 
 
 def _method(obj: ctypes.c_void_p, index: int, restype: object, *argtypes: object) -> object:

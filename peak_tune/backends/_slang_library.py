@@ -17,8 +17,9 @@ import os
 import platform
 import re
 import sys
-from importlib.util import find_spec
 from pathlib import Path
+
+from peak_tune.backends._packaged import packaged_library
 
 __all__ = ["find_library", "main"]
 
@@ -30,19 +31,9 @@ _CARET = re.compile(r"^\s*\|\s*\^+\s*(.*)$")
 
 def find_library() -> str | None:
     """$PEAK_TUNE_SLANG_LIBRARY, else the compiler library inside an installed slangpy."""
-    named = os.environ.get(_LIBRARY_ENV)
-    if named:
-        return named if Path(named).is_file() else None
-    try:
-        spec = find_spec("slangpy")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or spec.origin is None:
-        return None
-    pattern = "libslang-compiler*.dylib" if platform.system() == "Darwin" \
-        else "libslang-compiler.so*"
-    found = sorted(Path(spec.origin).parent.glob(pattern))
-    return str(found[0]) if found else None
+    pattern = ("libslang-compiler*.dylib" if platform.system() == "Darwin"
+               else "libslang-compiler.so*")
+    return packaged_library(_LIBRARY_ENV, "slangpy", pattern)
 
 
 def _bound(library: str) -> ctypes.CDLL:
