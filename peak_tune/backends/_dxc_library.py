@@ -16,13 +16,16 @@ slot 5, not 3 as on Windows.
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import sys
 import uuid
 from pathlib import Path
 
-from peak_tune.backends._packaged import packaged_library
+from peak_tune.backends._packaged import (
+    exit_past_destructors,
+    library_command,
+    packaged_library,
+)
 
 __all__ = ["find_library", "main"]
 
@@ -111,27 +114,16 @@ def compile_with(library: str, source: bytes, arguments: list[str]) -> tuple[int
 
 def main(argv: list[str]) -> int:
     """`--library LIB [options] SOURCE -Fo OUTPUT` as `dxc [options] SOURCE -Fo OUTPUT`."""
-    if len(argv) < 5 or argv[0] != "--library" or "-Fo" not in argv:
-        print("usage: python -m peak_tune.backends._dxc_library --library LIB "
-              "[dxc options] SOURCE -Fo OUTPUT", file=sys.stderr)
-        return 2
-    library, rest = argv[1], argv[2:]
-    at = rest.index("-Fo")
-    source, output = Path(rest[at - 1]), Path(rest[at + 1])
-    options = rest[:at - 1] + rest[at + 2:]
-    status, built, messages = compile_with(library, source.read_bytes(), options)
-    if messages:
-        print(messages.replace("hlsl.hlsl", str(source)), file=sys.stderr, end="")
-    if status != 0 or not built:
-        return 1
-    output.write_bytes(built)
-    return 0
+
+    def build(library: str, before: list[str], after: list[str]) -> tuple[bool, bytes, str]:
+        source = Path(before[-1])
+        status, built, messages = compile_with(library, source.read_bytes(),
+                                               before[:-1] + after)
+        return status == 0, built, messages.replace("hlsl.hlsl", str(source))
+
+    return library_command(argv, "-Fo", "python -m peak_tune.backends._dxc_library "
+                           "--library LIB [dxc options] SOURCE -Fo OUTPUT", build)
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # Straight out, past DXC's static destructors: the module is written, and a library
-    # torn down at exit is one more place for a third-party build to hang.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_past_destructors(main(sys.argv[1:]))

@@ -13,13 +13,15 @@ the build (backends._compiler.run_compiler stops it).
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import re
 import sys
-from pathlib import Path
 
-from peak_tune.backends._packaged import packaged_library
+from peak_tune.backends._packaged import (
+    exit_past_destructors,
+    library_command,
+    packaged_library,
+)
 
 __all__ = ["find_library", "main"]
 
@@ -98,25 +100,15 @@ def error_lines(messages: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """`--library LIB SOURCE [options] -o OUTPUT` as `slangc SOURCE [options] -o OUTPUT`."""
-    if len(argv) < 5 or argv[0] != "--library" or "-o" not in argv:
-        print("usage: python -m peak_tune.backends._slang_library --library LIB SOURCE "
-              "[slangc options] -o OUTPUT", file=sys.stderr)
-        return 2
-    library, rest = argv[1], argv[2:]
-    at = rest.index("-o")
-    output = Path(rest[at + 1])
-    status, built, messages = compile_with(library, rest[:at] + rest[at + 2:])
-    if messages:
-        print("".join(f"{line}\n" for line in error_lines(messages)) + messages,
-              file=sys.stderr, end="")
-    if status < 0 or not built:
-        return 1
-    output.write_bytes(built)
-    return 0
+
+    def build(library: str, before: list[str], after: list[str]) -> tuple[bool, bytes, str]:
+        status, built, messages = compile_with(library, before + after)
+        lines = "".join(f"{line}\n" for line in error_lines(messages))
+        return status >= 0, built, lines + messages
+
+    return library_command(argv, "-o", "python -m peak_tune.backends._slang_library "
+                           "--library LIB SOURCE [slangc options] -o OUTPUT", build)
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()  # straight out, past the library's static destructors
-    sys.stderr.flush()
-    os._exit(code)
+    exit_past_destructors(main(sys.argv[1:]))
