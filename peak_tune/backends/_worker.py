@@ -159,7 +159,8 @@ class WorkerProcess:
     def call(self, request: Mapping[str, Any], timeout_s: float,
              pause_after: bool = False) -> dict[str, Any]:
         """Send one request; its reply's result, or the typed error it raised.
-        `pause_after`: the worker is stopped (see `pause`) as soon as the reply is in, so
+        `pause_after`: the worker is stopped (SIGSTOP to its group, and waited for until
+        every thread is) as soon as the reply is in, so
         that the checks of the reply and all that follows it have the cores to
         themselves (an OpenMP kernel's threads spin for a while after the call).
 
@@ -320,18 +321,16 @@ class WorkerProcess:
                 if selector.select(remaining):
                     return True
 
-    def pause(self) -> None:
-        """Stop every thread of the worker (SIGSTOP to its group) and wait until they are
-        stopped; KernelCrash if the worker died instead. The next call resumes it."""
-        self._signal_stop()
-        self._wait_stopped()
-
     def _signal_stop(self) -> None:
+        """Stop every thread of the worker (SIGSTOP to its group); the next call resumes
+        it."""
         assert self._proc is not None
         os.killpg(self._proc.pid, signal.SIGSTOP)
         self._paused = True
 
     def _wait_stopped(self) -> None:
+        """Wait until every thread of the job (or the worker) is stopped; KernelCrash if
+        it died instead."""
         assert self._proc is not None
         deadline = time.monotonic() + _STOP_WAIT_S
         delay = 0.0  # the stop takes tens of microseconds: look again at once, at first
