@@ -164,15 +164,10 @@ class LLMApplier:
         (temperature); each sample index is its own cache entry in the pipeline."""
         if not transformation.passes:
             raise ApplyError(f"{transformation.id} has no passes")
-        source, launch, record = context.source, dict(context.launch), -1
+        source, launch = context.source, dict(context.launch)
         for index, step in enumerate(transformation.passes):
-            source, launch, record = self._run_pass(context, transformation, device,
-                                                    (index, sample), step, source, launch)
-        try:
-            require_params(source, tuple(p.name for p in transformation.params))
-        except MissingParameterError as exc:
-            self._session.mark(record, "missing_param", str(exc))
-            raise
+            source, launch = self._run_pass(context, transformation, device,
+                                            (index, sample), step, source, launch)
         return derive_child(context, transformation, self.identity, source=source,
                             launch=launch)
 
@@ -181,9 +176,9 @@ class LLMApplier:
     def _run_pass(
         self, parent: KernelContext, transformation: Transformation, device: DeviceProfile,
         at: tuple[int, int], step: Pass, source: str, launch: dict[str, str],
-    ) -> tuple[str, dict[str, str], int]:
-        """(source, launch, index of the accepted reply's record) after pass `at[0]` of
-        sample `at[1]`, with compile-error and wrong-result repairs."""
+    ) -> tuple[str, dict[str, str]]:
+        """(source, launch) after pass `at[0]` of sample `at[1]`, with repairs of replies
+        that fail a step check, do not compile or compute wrong results."""
         index, sample = at
         if step.region == "launch" and not capabilities(parent.backend).launch_region:
             raise ApplyError(f"{transformation.id}: the {parent.backend} backend has no "
@@ -219,7 +214,7 @@ class LLMApplier:
                 continue
             found = self._problem(candidate, last)
             if found is None:
-                return source, launch, record
+                return source, launch
             problem = found
             self._session.mark(record, problem[0], _recorded(*problem))
             log.info("%s pass %d: %s, %s", transformation.id, index + 1, problem[0],
