@@ -9,13 +9,12 @@ half-written entry, and the folder can be copied to another machine and replayed
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from peak_tune.atomic_files import write_json_atomically
 from peak_tune.core import KernelContext, Outcome, stable_hash
 from peak_tune.errors import UserError, environment_fault
 from peak_tune.serialize import (
@@ -102,18 +101,7 @@ class Cache:
         """Write one entry atomically. A folder deleted under a running tuner is made
         again; a full disk (or memory) is an EnvironmentFault, never a half entry."""
         path = self._path(kind, key)
-        for attempt in range(2):
-            try:
-                _write_json(path, data)
-                return
-            except FileNotFoundError:  # the cache folder was deleted as it was written
-                if attempt:
-                    raise
-            except OSError as exc:
-                fault = environment_fault(exc, f"writing the cache entry {path}")
-                if fault is None:
-                    raise
-                raise fault from exc
+        write_json_atomically(path, data, f"writing the cache entry {path}")
 
     # Variants are stored under their content hash so lineage can be walked later.
     def put_context(self, context: KernelContext) -> str:
@@ -179,15 +167,3 @@ class Cache:
             files = [p for p in (self.folder / kind).rglob("*") if p.is_file()]
             result[kind] = {"entries": len(files), "bytes": sum(p.stat().st_size for p in files)}
         return result
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -14,14 +14,13 @@ import datetime
 import fcntl
 import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from peak_tune.atomic_files import write_json_atomically
 from peak_tune.errors import UserError
 
 __all__ = ["SEED", "Checkpoint", "CheckpointStore", "Timing", "timing_key"]
@@ -190,14 +189,7 @@ class CheckpointStore:
     def _write(self, index: _Index) -> None:
         data = {"format": _FORMAT, "current": index.current, "counter": index.counter,
                 "checkpoints": {n: c.to_json() for n, c in index.checkpoints.items()}}
-        fd, tmp = tempfile.mkstemp(dir=self.results, prefix=".tmp-checkpoints-")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(data, handle, indent=1)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json_atomically(self.path, data, f"writing the checkpoints {self.path}", indent=1)
 
     def add(self, draft: Checkpoint, name: str | None) -> Checkpoint:
         """Store `draft` under `name` (or the next free cpN) and make it current."""

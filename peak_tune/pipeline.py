@@ -18,6 +18,7 @@ from pathlib import Path
 
 from peak_tune.appliers.base import Applier
 from peak_tune.backends.base import Artifact, Backend, EvalConfig, EvalRequest
+from peak_tune.build_pins import BuildPins
 from peak_tune.cache import Cache, application_key, evaluation_key
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import (
@@ -93,6 +94,9 @@ class PipelineSetup:
     noise: NoisePolicy = NoisePolicy()  # when a timing is measured again, and flagged
 
 
+_BUILD_ATTEMPTS = 3  # a build deleted before it was pinned is built again
+
+
 class Pipeline:
     def __init__(
         self, setup: PipelineSetup, backend: Backend, applier: Applier, cache: Cache
@@ -106,6 +110,7 @@ class Pipeline:
         self._fingerprint = dict(backend.fingerprint())
         self.counter_lock = threading.Lock()  # cache counters, from several threads
         self._applying: dict[str, threading.Lock] = {}
+        self._pins = BuildPins()  # what runs is safe from the cache being cleared
         spec = setup.spec
         self._spec_identity = stable_hash(
             [spec.reference, spec.error_scale, dict(spec.tolerances), spec.flops,
@@ -288,10 +293,10 @@ class Pipeline:
         artifact: Future[Artifact] | None,
     ) -> Outcome:
         values = {p.name: params[p.name] for p in context.params}
-        for attempt in range(2):
+        for attempt in range(_BUILD_ATTEMPTS):
             try:
-                built = (artifact.result() if artifact and not attempt
-                         else self.compile(context, values))
+                built = self._pins.pin(artifact.result() if artifact and not attempt
+                                       else self.compile(context, values))
             except (InvalidPoint, EvaluationError) as exc:
                 return outcome_of_error(exc)
             outcome = evaluate_built(self.backend, self.setup, built, context, values, size,

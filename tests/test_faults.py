@@ -317,7 +317,7 @@ def test_deleting_the_cache_mid_run_is_no_crash_and_loses_no_trial(tmp_path: Pat
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and proc.poll() is None:
         shutil.rmtree(tmp_path / "cache", ignore_errors=True)
-        time.sleep(0.3)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 130, stderr

@@ -26,10 +26,11 @@ from typing import Any
 
 import yaml
 
+from peak_tune.atomic_files import put_atomically, write_atomically
+
 # c.py's helpers for running a compiler in a process group of its own, killing the whole
 # group at a time limit, and reading the machine's faults in a failed build's log.
 from peak_tune.backends._compiler import run_compiler
-from peak_tune.backends._files import put_atomically, write_atomically
 from peak_tune.core import stable_hash
 from peak_tune.errors import (
     COMPILER_KILLED,

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from peak_tune.backends._files import write_atomically
+from peak_tune.atomic_files import write_atomically
 from peak_tune.backends._nvrtc import compile_cubin, cubin_resources, ptxas_resources
 from peak_tune.backends._worker import WorkerProcess
 from peak_tune.backends._worker_child import serve

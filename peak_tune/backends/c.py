@@ -24,8 +24,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from peak_tune.atomic_files import put_atomically, write_atomically
 from peak_tune.backends._compiler import run_compiler
-from peak_tune.backends._files import put_atomically, write_atomically
 from peak_tune.backends._wire import Timing, config_to_wire, macro_flags, measurement_from_reply
 from peak_tune.backends._worker import WorkerProcess
 from peak_tune.backends.base import (

@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from peak_tune.atomic_files import write_json_atomically
 from peak_tune.core import Measurement
-from peak_tune.errors import environment_fault
 from peak_tune.harness.noise import timing_spread
 
 __all__ = ["MAX_TIMINGS", "VENDOR_ATTR", "VendorClock", "VendorFigure", "VendorSchedule",
@@ -236,18 +235,7 @@ class VendorStore:
 
     def save(self, key: str, figure: VendorFigure) -> None:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(handle, "w") as out:
-                json.dump(figure.to_json(), out, sort_keys=True)
-            os.replace(temporary, path)
-        except BaseException as exc:
-            Path(temporary).unlink(missing_ok=True)
-            fault = environment_fault(exc, f"writing the vendor's timings to {path}")
-            if fault is not None:
-                raise fault from exc
-            raise
+        write_json_atomically(path, figure.to_json(), f"writing the vendor's timings to {path}")
 
 
 def load_average() -> float:
