@@ -28,7 +28,7 @@ from peak_tune.backends.cuda import CudaBackend  # noqa: E402
 from peak_tune.catalog.loaders import load_spec  # noqa: E402
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize  # noqa: E402
 from peak_tune.errors import EvaluationError, InvalidPoint  # noqa: E402
-from peak_tune.pipeline import seed_context  # noqa: E402
+from peak_tune.evaluation.pipeline import seed_context  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial_cuda"
 

@@ -34,7 +34,7 @@ from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
 from peak_tune.backends.c import CBackend  # noqa: E402
 from peak_tune.catalog.loaders import load_device, load_spec, load_transformations  # noqa: E402
 from peak_tune.core import ProblemSize  # noqa: E402
-from peak_tune.pipeline import seed_context  # noqa: E402
+from peak_tune.evaluation.pipeline import seed_context  # noqa: E402
 
 SEQUENCE = ("openmp-parallel", "unroll-k", "register-blocking", "simd-vectorize",
             "tile-interchange")

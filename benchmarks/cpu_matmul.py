@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from peak_tune.report import summary
-from peak_tune.tune import TuneConfig, open_session
+from peak_tune.session.progress import summary
+from peak_tune.session.tune import TuneConfig, open_session
 
 
 def _commit() -> str:

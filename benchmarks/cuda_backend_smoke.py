@@ -27,7 +27,7 @@ from peak_tune.backends.cuda import CudaBackend  # noqa: E402
 from peak_tune.catalog.loaders import load_devices, load_spec  # noqa: E402
 from peak_tune.catalog.types import DeviceProfile  # noqa: E402
 from peak_tune.core import Measurement, ProblemSize  # noqa: E402
-from peak_tune.pipeline import seed_context  # noqa: E402
+from peak_tune.evaluation.pipeline import seed_context  # noqa: E402
 
 
 def this_gpu_profile() -> DeviceProfile:

@@ -38,8 +38,8 @@ from peak_tune.backends.cuda import CudaBackend, profile_for_gpu, visible_gpu  #
 from peak_tune.catalog.loaders import load_devices, load_spec, load_transformations  # noqa: E402
 from peak_tune.catalog.types import DeviceProfile  # noqa: E402
 from peak_tune.core import KernelContext, Measurement, ProblemSize  # noqa: E402
+from peak_tune.evaluation.pipeline import seed_context  # noqa: E402
 from peak_tune.expr import evaluate_bool  # noqa: E402
-from peak_tune.pipeline import seed_context  # noqa: E402
 
 SIMT = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 16, "TRD_Y_DIM": 8, "TRD_X_DIM": 8,
         "WARP_X_DIM": 4, "OFFSET_AMOUNT": 4, "NUM_STAGES": 3, "SWIZZLE_GROUP": 8,

@@ -39,7 +39,7 @@ from peak_tune.backends.cuda import CudaBackend, profile_for_gpu, visible_gpu  #
 from peak_tune.catalog.loaders import load_devices, load_spec, load_transformations  # noqa: E402
 from peak_tune.catalog.types import DeviceProfile  # noqa: E402
 from peak_tune.core import ProblemSize  # noqa: E402
-from peak_tune.pipeline import seed_context  # noqa: E402
+from peak_tune.evaluation.pipeline import seed_context  # noqa: E402
 
 PAPER_FP32 = ("refactor", "tb-tiling", "thread-tiling", "thread-cache", "warp-tiling",
               "transpose", "offset", "vector-loads", "pipelining", "block-swizzle")

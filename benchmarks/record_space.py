@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from peak_tune.backends.base import EvalConfig
-from peak_tune.recording import record_space
-from peak_tune.tune import TuneConfig, open_session
+from peak_tune.evaluation.recording import record_space
+from peak_tune.session.tune import TuneConfig, open_session
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """How fast TPE asks when the study lives in memory vs in SQLite (why the driver samples
-on an in-memory copy; see peak_tune/study_mirror.py).
+on an in-memory copy; see peak_tune/study/mirror.py).
 
     python benchmarks/sampler_storage.py --trials 320
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from peak_tune.search.samplers import make_sampler  # noqa: E402
-from peak_tune.storage import open_storage  # noqa: E402
+from peak_tune.study.storage import open_storage  # noqa: E402
 
 
 def objective_params(trial: optuna.Trial) -> float:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from peak_tune.tune import TuneConfig, open_session
+from peak_tune.session.tune import TuneConfig, open_session
 
 DEFAULT_RECORDING = Path(__file__).parents[1] / "tests/fixtures/replay/matmul-c-small.json"
 

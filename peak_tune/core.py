@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -209,3 +210,12 @@ class Outcome:
     @property
     def gflops(self) -> float:
         return self.measurement.gflops if self.measurement else 0.0
+
+
+def parse_size(text: str) -> dict[str, int]:
+    """"N" for a square problem, or "MxNxK"; ValueError naming the text otherwise."""
+    parts = text.lower().split("x")
+    if not all(re.fullmatch(r"[1-9][0-9]*", p) for p in parts) or len(parts) not in (1, 3):
+        raise ValueError(f"size {text!r}: use N or MxNxK with positive integers")
+    m, n, k = (parts * 3)[:3] if len(parts) == 1 else parts
+    return {"M": int(m), "N": int(n), "K": int(k)}

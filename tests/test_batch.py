@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from peak_tune.batch import BatchStudy, load_batch
+from peak_tune.batch.files import BatchStudy, load_batch
 from peak_tune.errors import UserError
 from tests.conftest import _gpu_missing
 from tests.test_cli import last_json, peak
@@ -204,8 +204,8 @@ def _quiet_studies(results: Path) -> list[list[optuna.trial.FrozenTrial]]:
 
 
 def test_parallel_never_overlaps_cpu_timed_studies_or_one_device():
-    from peak_tune.batch_run import StudyProgress, _fits
-    from peak_tune.tune import TuneConfig
+    from peak_tune.batch.run import StudyProgress, _fits
+    from peak_tune.session.tune import TuneConfig
 
     def item(device: str, backend: str) -> StudyProgress:
         return StudyProgress(BatchStudy(device, TuneConfig(device=device, backend=backend), 1))

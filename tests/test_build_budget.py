@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
-from peak_tune import cli, report, tune
 from peak_tune.backends.base import OVER_BUDGET, Artifact, over_budget_message
+from peak_tune.cli import main as cli
 from peak_tune.core import KernelContext
 from peak_tune.errors import BuildOverBudget
+from peak_tune.session import progress as report
+from peak_tune.session import tune
 from tests.instant_backend import InstantCudaBackend
 
 SLOW_S, QUICK_S = 1.0, 0.01

@@ -1,4 +1,4 @@
-"""A build pinned for running survives the cache being cleared (peak_tune.build_pins)."""
+"""A build pinned for running survives the cache being cleared (peak_tune.evaluation.build_pins)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from peak_tune.backends.base import Artifact
-from peak_tune.build_pins import BuildPins
+from peak_tune.evaluation.build_pins import BuildPins
 
 
 def _library(folder: Path, value: int, name: str = "k") -> Path:

@@ -2,8 +2,8 @@
 
 import shutil
 
-from peak_tune.cache import Cache, application_key, evaluation_key
 from peak_tune.core import KernelContext, Lineage, Measurement, Outcome, ParamDomain, Status
+from peak_tune.evaluation.cache import Cache, application_key, evaluation_key
 
 
 def context(source: str = "void f(void) {}", parent: str = "") -> KernelContext:

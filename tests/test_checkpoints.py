@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from peak_tune.checkpoints import SEED, Checkpoint, CheckpointStore, Timing
 from peak_tune.errors import UserError
+from peak_tune.workbench.checkpoints import SEED, Checkpoint, CheckpointStore, Timing
 
 
 def draft(parent: str = SEED, step: str = "unroll-k", digest: str = "ab" * 32) -> Checkpoint:

@@ -9,7 +9,7 @@ from types import ModuleType
 import optuna
 import pytest
 
-from peak_tune import tune
+from peak_tune.session import tune
 from tests.instant_backend import InstantCudaBackend
 
 ROOT = Path(__file__).resolve().parents[1]

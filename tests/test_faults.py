@@ -22,7 +22,6 @@ import pytest
 
 from peak_tune.backends._compiler import run_compiler
 from peak_tune.backends.c import COMPILE_TIMEOUT_S, FLAGS
-from peak_tune.cache import Cache
 from peak_tune.core import Outcome, Status
 from peak_tune.errors import (
     COMPILER_KILLED,
@@ -33,6 +32,7 @@ from peak_tune.errors import (
     CompileError,
     EnvironmentFault,
 )
+from peak_tune.evaluation.cache import Cache
 
 SMALL = ["--size", "64", "--repeats", "3"]
 TRIAL_LINE = re.compile(r"^\[\s*\d+/\d+\] trial (\d+)\b")

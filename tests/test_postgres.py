@@ -13,8 +13,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from peak_tune.storage import open_storage
-from peak_tune.study_mirror import DRIVER_ATTR
+from peak_tune.study.mirror import DRIVER_ATTR
+from peak_tune.study.storage import open_storage
 from tests.test_batch import TWO_STUDIES, points, write
 from tests.test_cli import SMALL, last_json, peak
 from tests.test_storage import _create_study
@@ -113,7 +113,7 @@ def test_postgres_url_without_a_server_is_one_line(tmp_path):
 
 def test_storage_flag_reaches_every_batch_study(tmp_path: Path):
     path = write(tmp_path, TWO_STUDIES.format(trials=1))
-    from peak_tune.batch import load_batch
+    from peak_tune.batch.files import load_batch
 
     plan = load_batch(path, storage="postgresql://u@h/db")
     assert {s.config.storage for s in plan.studies} == {"postgresql://u@h/db"}

@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from peak_tune.errors import UserError
-from peak_tune.storage import open_storage, results_storage_url
+from peak_tune.study.storage import open_storage, results_storage_url
 
 
 def _create_study(url: str, name: str) -> str:

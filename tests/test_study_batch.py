@@ -12,9 +12,9 @@ from optuna.storages import InMemoryStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from peak_tune.errors import UserError
-from peak_tune.storage import open_storage, results_storage_url
-from peak_tune.study_batch import Unsupported, add_finished
-from peak_tune.study_mirror import open_mirrored_study
+from peak_tune.study.batch_insert import Unsupported, add_finished
+from peak_tune.study.mirror import open_mirrored_study
+from peak_tune.study.storage import open_storage, results_storage_url
 
 
 def finished_trials(count: int) -> list[FrozenTrial]:
@@ -99,7 +99,7 @@ def test_another_optunas_models_fall_back_to_add_trial(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from optuna.storages._rdb import models
 
-    from peak_tune.study_mirror import _write
+    from peak_tune.study.mirror import _write
 
     monkeypatch.delattr(models.TrialValueModel, "value_to_stored_repr")  # not what we expect
     study = optuna.create_study(storage=open_storage(results_storage_url(tmp_path)))
@@ -112,7 +112,7 @@ def test_another_optunas_models_fall_back_to_add_trial(
     def refused(study: optuna.Study, trials: list[FrozenTrial]) -> None:
         raise Unsupported("Optuna's table models differ")
 
-    monkeypatch.setattr("peak_tune.study_mirror.add_finished", refused)
+    monkeypatch.setattr("peak_tune.study.mirror.add_finished", refused)
     assert _write(study, trials, batched=True) is False  # one by one from now on
     assert [(t.number, t.values, t.params) for t in study.trials] == [
         (i, t.values, t.params) for i, t in enumerate(trials)]

@@ -11,8 +11,8 @@ import pytest
 
 from peak_tune.backends._worker import _child_env
 from peak_tune.errors import UserError
-from peak_tune.storage import open_storage, results_storage_url
-from peak_tune.study_mirror import StudyMirror, open_mirrored_study
+from peak_tune.study.mirror import StudyMirror, open_mirrored_study
+from peak_tune.study.storage import open_storage, results_storage_url
 
 
 def _driver(url: str) -> StudyMirror:
@@ -93,8 +93,8 @@ def test_a_killed_writer_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
 
 SCRIPT = """
 import optuna
-from peak_tune.storage import open_storage
-from peak_tune.study_mirror import open_mirrored_study
+from peak_tune.study.storage import open_storage
+from peak_tune.study.mirror import open_mirrored_study
 mirror = open_mirrored_study(
     open_storage({url!r}),
     lambda storage: optuna.create_study(storage=storage, study_name="script",

@@ -10,7 +10,7 @@ import pytest
 from peak_tune.catalog.loaders import load_spec
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, UserError, WrongResult
-from peak_tune.validation import (
+from peak_tune.evaluation.validation import (
     OutOfBounds,
     Problem,
     applicable_sizes,

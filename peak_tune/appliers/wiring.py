@@ -10,8 +10,8 @@ from typing import Any
 from peak_tune.appliers import make_applier
 from peak_tune.appliers.base import Applier
 from peak_tune.backends.base import Backend, EvalConfig
-from peak_tune.cache import Cache
 from peak_tune.core import KernelSpec
+from peak_tune.evaluation.cache import Cache
 
 __all__ = ["AppliedWith", "LLMJournal", "wired_applier"]
 

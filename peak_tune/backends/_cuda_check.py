@@ -28,9 +28,7 @@ from typing import Any
 import numpy as np
 
 from peak_tune.core import ArgSpec, KernelSpec, ProblemSize
-from peak_tune.expr import evaluate
-from peak_tune.harness.values import float_format
-from peak_tune.validation import (
+from peak_tune.evaluation.validation import (
     Expected,
     Problem,
     compute_expected,
@@ -39,6 +37,8 @@ from peak_tune.validation import (
     numpy_dtype,
     size_label,
 )
+from peak_tune.expr import evaluate
+from peak_tune.harness.values import float_format
 
 __all__ = ["REFERENCE_BUDGET_BYTES", "Reference", "ReferenceCache", "failure_count", "upload"]
 

@@ -36,8 +36,7 @@ from peak_tune.backends._cuda_tma import TENSOR_MAP_BYTES, encode, layout_for
 from peak_tune.backends._wire import Timing
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, KernelCrash, UserError
-from peak_tune.harness.values import secret_seed
-from peak_tune.validation import (
+from peak_tune.evaluation.validation import (
     OutOfBounds,
     Problem,
     check_outputs,
@@ -45,6 +44,7 @@ from peak_tune.validation import (
     guard_elements,
     make_problem,
 )
+from peak_tune.harness.values import secret_seed
 
 __all__ = ["Binder", "Call", "DeviceFault", "DeviceProblem", "Timing", "cupy_module",
            "device_errors", "guarded", "in_stream", "phase", "phases_ms", "references",

@@ -25,7 +25,7 @@ from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelSpec, Measurement, ProblemSize
 from peak_tune.errors import BackendUnavailable, KernelCrash, KernelTimeout, WrongResult
-from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
+from peak_tune.evaluation.validation import applicable_sizes, require_size_constraints, size_label
 
 __all__ = ["WORKER_MODULE", "DeviceCheck", "GpuRunner", "evaluation_message"]
 

@@ -5,7 +5,7 @@ Vulkan device (backends._vulkan): it loads a variant's SPIR-V into a compute pip
 validates it at the check sizes and at the size, then times it there by the device's
 timestamps, every run on fresh inputs from a secret seed and with fresh poison in its
 outputs, each one checked (in full at the check sizes, by a random projection at the
-size where the spec declares them: peak_tune.validation), the device's caches flushed
+size where the spec declares them: peak_tune.evaluation.validation), the device's caches flushed
 before every timed run. A shader cannot reach this process's memory: buffers are bound
 with robust buffer access, so its reads and writes past them stay inside them (on
 lavapipe the shader runs in this process). A hang or a lost device is the parent's to
@@ -27,9 +27,7 @@ from peak_tune.backends._wire import Timing, spec_from_wire
 from peak_tune.backends._worker_child import serve
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, UserError
-from peak_tune.expr import evaluate_int
-from peak_tune.harness.values import secret_seed
-from peak_tune.validation import (
+from peak_tune.evaluation.validation import (
     Problem,
     Projection,
     check_outputs,
@@ -39,6 +37,8 @@ from peak_tune.validation import (
     project_expected,
     projectable,
 )
+from peak_tune.expr import evaluate_int
+from peak_tune.harness.values import secret_seed
 
 _log = logging.getLogger(__name__)
 

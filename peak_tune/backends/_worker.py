@@ -62,7 +62,6 @@ __all__ = ["HarnessBreach", "WorkerProcess"]
 _log = logging.getLogger(__name__)
 
 _STDERR_TAIL_BYTES = 4000
-_PINGS = 5  # round trips timed at start: the reply latency floor
 _STOP_WAIT_S = 2.0  # a SIGSTOP not in effect after this is a worker gone wrong
 
 class HarnessBreach(WrongResult):
@@ -105,7 +104,6 @@ class WorkerProcess:
         self._paused = False
         self._token = ""
         self._sequence = 0
-        self.reply_floor_s = 0.0  # the fastest round trip of a request that does nothing
         self.last_round_trip_s = 0.0
         self._proc: subprocess.Popen[bytes] | None = None
         self._request_fd = -1
@@ -148,13 +146,7 @@ class WorkerProcess:
                 f"evaluation worker {self._module} did not start: {last[0]}") from exc
         # without a subreaper, processes that detached are looked for in all of /proc
         self._scan_all = self._fork_jobs and not ready.get("result", {}).get("subreaper")
-        self.reply_floor_s = min(self._round_trip() for _ in range(_PINGS))
-        _log.debug("worker %s started (pid %d), reply floor %.0f us", self._module,
-                   self._proc.pid, self.reply_floor_s * 1e6)
-
-    def _round_trip(self) -> float:
-        self.call({"op": "ping"}, self._startup_timeout_s)
-        return self.last_round_trip_s
+        _log.debug("worker %s started (pid %d)", self._module, self._proc.pid)
 
     def call(self, request: Mapping[str, Any], timeout_s: float,
              pause_after: bool = False) -> dict[str, Any]:

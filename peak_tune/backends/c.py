@@ -43,8 +43,8 @@ from peak_tune.errors import (
     WrongResult,
     environment_fault,
 )
+from peak_tune.evaluation.validation import applicable_sizes, require_size_constraints, size_label
 from peak_tune.harness.host_judge import HostJudge, RunTarget
-from peak_tune.validation import applicable_sizes, require_size_constraints, size_label
 
 __all__ = ["CBackend", "COMPILE_TIMEOUT_S", "FLAGS", "HARNESS_VERSION", "cpu_peak_gflops"]
 

@@ -52,8 +52,8 @@ from peak_tune.errors import (
     UserError,
     WrongResult,
 )
+from peak_tune.evaluation.validation import size_label
 from peak_tune.expr import evaluate, names_in
-from peak_tune.validation import size_label
 
 __all__ = ["FLAGS", "HARNESS_VERSION", "CudaBackend", "profile_for_gpu", "visible_gpu"]
 

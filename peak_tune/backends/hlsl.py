@@ -37,7 +37,7 @@ from peak_tune.errors import (
     NoVendorLibrary,
     UserError,
 )
-from peak_tune.validation import applicable_sizes, require_size_constraints
+from peak_tune.evaluation.validation import applicable_sizes, require_size_constraints
 
 __all__ = ["HARNESS_VERSION", "HlslBackend", "HlslOnCudaBackend"]
 

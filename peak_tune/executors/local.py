@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from peak_tune.backends.base import Artifact
 from peak_tune.core import Outcome
 from peak_tune.errors import BuildOverBudget
+from peak_tune.evaluation.pipeline import Pipeline
 from peak_tune.executors.base import EvalJob, JobTimes, busy_by_worker
-from peak_tune.pipeline import Pipeline
 
 __all__ = ["LocalExecutor"]
 

@@ -35,8 +35,8 @@ from peak_tune.errors import (
     InvalidPoint,
     UserError,
 )
+from peak_tune.evaluation.pipeline import Pipeline, PipelineSetup, evaluate_built, outcome_of_error
 from peak_tune.executors.base import EvalJob, JobTimes, busy_by_worker
-from peak_tune.pipeline import Pipeline, PipelineSetup, evaluate_built, outcome_of_error
 
 __all__ = ["NAMESPACE", "BuiltVariant", "JobTimes", "RayExecutor", "RaySettings",
            "build_variant", "device_options", "devices_of_kind", "import_ray", "init_ray",

@@ -13,8 +13,8 @@ own clock as well. So:
   validation.check_projected; in full otherwise);
 - the verdict never travels through the worker: a forged reply can at most lie about the
   time, and that lie is bounded by the judge's own clock: if the median reported time is
-  below `CONFIRMED` x (the median the judge saw, each run's round trip less the worker's
-  reply latency, less `CONFIRM_SLACK_MS`), the judge's times replace the reported ones;
+  below `CONFIRMED` x (the median the judge saw, each run's round trip less the job's
+  reply floor, taken before the kernel was loaded, less `CONFIRM_SLACK_MS`), the judge's times replace the reported ones;
   and no speed above the device's peak passes (the backend's check);
 - after every reply, and at the end of the job, the processes the kernel started are
   looked for under the worker (isolation): one found fails the evaluation, and the
@@ -46,9 +46,7 @@ from peak_tune.backends._wire import Timing, spec_to_wire
 from peak_tune.backends._worker import WorkerProcess
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import EvaluationError, KernelCrash, KernelTimeout, WrongResult
-from peak_tune.harness.arena import Arena
-from peak_tune.harness.values import secret_seed
-from peak_tune.validation import (
+from peak_tune.evaluation.validation import (
     Problem,
     Projection,
     check_outputs,
@@ -61,6 +59,8 @@ from peak_tune.validation import (
     projectable,
     storage_bytes,
 )
+from peak_tune.harness.arena import Arena
+from peak_tune.harness.values import secret_seed
 
 __all__ = ["CacheFlusher", "HostJudge", "RunTarget"]
 
@@ -77,6 +77,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters
 # the judge's times replaced its reported ones with a 0.5 ms slack.
 CONFIRMED = 0.5
 CONFIRM_SLACK_MS = 3.0
+FLOOR_PINGS = 5  # empty round trips per evaluation that set its reply floor
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ class HostJudge:
         try:
             if not self._worker.job_ready():  # none forked ahead, or it has gone
                 self._worker.begin_job(timeout_s)
+            floor_ms = self._reply_floor_ms(deadline)
             for check in check_sizes:
                 self._run(spec, check, dtype, target, deadline, project=False)
             one_run_ms, _ = self._run(spec, size, dtype, target, deadline)
@@ -203,7 +205,7 @@ class HostJudge:
             while len(reported) < count:
                 run = self._run(spec, size, dtype, target, deadline, flush=True)
                 reported.append(run[0])
-                seen.append(run[1])
+                seen.append(max(run[1] - floor_ms, 0.0))
         except (WrongResult, KernelCrash):
             self._end_job(deadline)  # a breach found there says more than the failure
             self.close()  # guards may be dirty: fresh arenas next time
@@ -221,6 +223,18 @@ class HostJudge:
                          statistics.median(reported), statistics.median(seen))
             return seen
         return reported
+
+    def _reply_floor_ms(self, deadline: float) -> float:
+        """What a run's round trip holds besides the run: the median round trip of
+        requests that do nothing, through the same resume and stop as a run, in this job
+        before it loads the kernel (so no kernel can slow them to widen its margin). The
+        worker's wake-up after a stop can take a scheduler tick on a busy machine, and a
+        floor taken once at start, without the stop, read that as a lying kernel."""
+        trips = []
+        for _ in range(FLOOR_PINGS):
+            self._worker.call({"op": "ping"}, self._remaining(deadline), pause_after=True)
+            trips.append(self._worker.last_round_trip_s * 1e3)
+        return statistics.median(trips)
 
     def _plan_ahead(self, key: _Key, count: int, timeout_s: float) -> None:
         if key != self._ahead_key:
@@ -250,8 +264,8 @@ class HostJudge:
     def _run(self, spec: KernelSpec, size: ProblemSize, dtype: str, target: RunTarget,
              deadline: float, project: bool = True,
              flush: bool = False) -> tuple[float, float]:
-        """One run on fresh inputs, judged; its duration in ms as the worker reported it
-        and as the judge saw it."""
+        """One run on fresh inputs, judged; its duration in ms as the worker reported it,
+        and the judge's round trip for it."""
         key = _key(spec, size, dtype)
         kept = self._problem(key, spec, size, dtype)
         if kept.arena.path not in self._prepared:  # once per size and job
@@ -275,14 +289,14 @@ class HostJudge:
         reply = self._worker.call({"op": "go", "arena": kept.arena.path},
                                   self._remaining(deadline), pause_after=True)
         reported_ms = float(reply["elapsed_ns"]) / 1e6
-        seen_ms = (self._worker.last_round_trip_s - self._worker.reply_floor_s) * 1e3
+        round_trip_ms = self._worker.last_round_trip_s * 1e3
         with np.errstate(all="ignore"):
             if expected is None:
                 assert projections is not None
                 check_projected(problem, projections)
             else:
                 check_outputs(problem, expected)
-        return reported_ms, max(seen_ms, 0.0)
+        return reported_ms, round_trip_ms
 
     def _problem(self, key: _Key, spec: KernelSpec, size: ProblemSize, dtype: str) -> _Kept:
         kept = self._kept.pop(key, None)

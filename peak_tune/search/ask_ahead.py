@@ -40,9 +40,9 @@ from optuna.storages import InMemoryStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from peak_tune.piped_child import PipedChild, child_pipes
 from peak_tune.search.focus import ParamRoles
 from peak_tune.search.samplers import make_sampler
+from peak_tune.study.piped_child import PipedChild, child_pipes
 
 __all__ = ["ASK_AHEAD", "ASK_AHEAD_MIN_CORES", "AskAhead", "Draw"]
 

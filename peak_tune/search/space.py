@@ -23,7 +23,7 @@ import optuna
 
 from peak_tune.catalog.types import Transformation
 from peak_tune.core import KernelContext, ParamDomain
-from peak_tune.pipeline import check_sequence
+from peak_tune.evaluation.pipeline import check_sequence
 
 __all__ = [
     "ENCODINGS",

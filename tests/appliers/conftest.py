@@ -23,7 +23,7 @@ from peak_tune.catalog.loaders import load_device, load_spec, load_transformatio
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
-from peak_tune.pipeline import seed_context
+from peak_tune.evaluation.pipeline import seed_context
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-Wall",

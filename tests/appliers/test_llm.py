@@ -33,11 +33,11 @@ from peak_tune.appliers.llm.parse import entry_signature
 from peak_tune.appliers.llm.regions import split
 from peak_tune.appliers.reference import ReferenceApplier
 from peak_tune.backends import make_backend
-from peak_tune.cache import Cache, application_key
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
 from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.errors import ApplyError, UserError
+from peak_tune.evaluation.cache import Cache, application_key
 from tests.llm_server import LLMServer, error, reply, slow, truncated
 
 pytestmark = pytest.mark.llm

@@ -29,7 +29,7 @@ from peak_tune.catalog.loaders import load_device, load_spec, load_transformatio
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import BackendUnavailable, InvalidPoint
-from peak_tune.pipeline import seed_context
+from peak_tune.evaluation.pipeline import seed_context
 from tests.appliers.conftest import build_cuda as build
 from tests.appliers.conftest import minimal_prefix
 from tests.appliers.test_reference_cuda import tuning_point

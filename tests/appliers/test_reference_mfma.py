@@ -49,8 +49,8 @@ from peak_tune.catalog.loaders import load_device, load_spec, load_transformatio
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError, CompileError, InvalidPoint
+from peak_tune.evaluation.pipeline import seed_context
 from peak_tune.expr import evaluate_bool
-from peak_tune.pipeline import seed_context
 from tests.appliers.conftest import build_cuda as build
 from tests.appliers.cuda_host import run_on_host
 from tests.appliers.test_reference_cuda import tuning_point

@@ -21,7 +21,7 @@ import pytest
 from peak_tune.backends.base import Backend, EvalConfig, EvalRequest
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
 from peak_tune.errors import KernelCrash, WrongResult
-from peak_tune.pipeline import seed_context
+from peak_tune.evaluation.pipeline import seed_context
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "conformance"

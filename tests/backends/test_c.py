@@ -438,3 +438,19 @@ def test_timed_runs_drawn_during_a_build_are_still_judged(
         again = context_of(seed + "\n/* once more */\n")
         built = backend.compile(again, {}, "float32", str(tmp_path))
         assert backend.evaluate(built, request_for(spec, again)).gflops > 0
+
+
+def test_a_machine_slow_to_wake_the_job_keeps_an_honest_kernels_times(
+    cpu: DeviceProfile, spec: KernelSpec, build_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from peak_tune.backends import c
+    from tests.late_reply_worker import LATE_S
+
+    monkeypatch.setattr(c, "_WORKER_MODULE", "tests.late_reply_worker")
+    small = ProblemSize.of({"M": 16, "N": 16, "K": 16})  # a run far shorter than LATE_S
+    context = context_of(spec.sources["c"])
+    with CBackend(cpu) as late:
+        artifact = late.compile(context, {}, "float32", build_dir)
+        request = dataclasses.replace(request_for(spec, context, check_sizes=()), size=small)
+        measurement = late.evaluate(artifact, request)
+    assert max(measurement.samples_ms) < LATE_S * 1e3 / 2  # its own, not the round trips

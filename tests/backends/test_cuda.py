@@ -18,7 +18,7 @@ from peak_tune.catalog.loaders import load_devices, load_spec
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
 from peak_tune.errors import InvalidPoint, KernelCrash, KernelTimeout, WrongResult
-from peak_tune.pipeline import seed_context
+from peak_tune.evaluation.pipeline import seed_context
 
 pytestmark = [pytest.mark.gpu, pytest.mark.cuda]
 

@@ -42,7 +42,7 @@ from peak_tune.errors import (
     InvalidPoint,
     UserError,
 )
-from peak_tune.pipeline import seed_context
+from peak_tune.evaluation.pipeline import seed_context
 from tests.nvrtc import needs_nvrtc
 
 ROOT = Path(__file__).resolve().parents[2]

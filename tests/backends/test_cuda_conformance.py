@@ -12,7 +12,7 @@ import pytest
 from peak_tune.backends.cuda import CudaBackend, profile_for_gpu, visible_gpu
 from peak_tune.catalog.loaders import load_devices, load_spec
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize
-from peak_tune.pipeline import seed_context
+from peak_tune.evaluation.pipeline import seed_context
 from tests.backends.conformance import *  # noqa: F403  (the shared tests)
 from tests.backends.conformance import FIXTURES, Kernel
 

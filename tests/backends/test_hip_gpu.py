@@ -19,7 +19,7 @@ from peak_tune.catalog.loaders import load_devices, load_spec, load_transformati
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, WrongResult
-from peak_tune.pipeline import seed_context
+from peak_tune.evaluation.pipeline import seed_context
 from tests.appliers.conftest import build_cuda as build
 from tests.appliers.conftest import minimal_prefix
 from tests.appliers.test_reference_cuda import tuning_point

@@ -12,9 +12,9 @@ import pytest
 
 from peak_tune.backends.base import Artifact
 from peak_tune.core import Outcome, ProblemSize, Status
+from peak_tune.evaluation.pipeline import Pipeline
 from peak_tune.executors.base import EvalJob
 from peak_tune.executors.local import LocalExecutor
-from peak_tune.pipeline import Pipeline
 
 SIZE = ProblemSize.of({"M": 8, "N": 8, "K": 8})
 

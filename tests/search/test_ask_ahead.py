@@ -13,9 +13,9 @@ import pytest
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from peak_tune import tune
 from peak_tune.search.ask_ahead import AskAhead
 from peak_tune.search.focus import FixedFirst
+from peak_tune.session import tune
 from tests.instant_backend import InstantCudaBackend
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 from peak_tune.core import Status
-from peak_tune.tune import TuneConfig, TuneSession, open_session
+from peak_tune.session.tune import TuneConfig, TuneSession, open_session
 
 RECORDING = Path(__file__).parents[1] / "fixtures" / "replay" / "matmul-c-small.json"
 SPACE = ("loop-interchange", "unroll-k", "openmp-parallel", "restrict-align")

@@ -13,7 +13,7 @@ from dataclasses import replace
 from peak_tune.backends.base import Backend, EvalConfig, EvalRequest
 from peak_tune.core import KernelContext, KernelSpec
 from peak_tune.errors import CompileError, EvaluationError, InvalidPoint, WrongResult
-from peak_tune.validation import applicable_sizes
+from peak_tune.evaluation.validation import applicable_sizes
 
 from .compile_check import sample_point
 

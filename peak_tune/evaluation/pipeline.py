@@ -18,8 +18,6 @@ from pathlib import Path
 
 from peak_tune.appliers.base import Applier
 from peak_tune.backends.base import Artifact, Backend, EvalConfig, EvalRequest
-from peak_tune.build_pins import BuildPins
-from peak_tune.cache import Cache, application_key, evaluation_key
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import (
     KernelContext,
@@ -39,9 +37,11 @@ from peak_tune.errors import (
     KernelTimeout,
     WrongResult,
 )
+from peak_tune.evaluation.build_pins import BuildPins
+from peak_tune.evaluation.cache import Cache, application_key, evaluation_key
+from peak_tune.evaluation.validation import applicable_sizes, require_size_constraints
 from peak_tune.expr import evaluate_bool, evaluate_int
 from peak_tune.harness.noise import NoisePolicy, measure_steadily, timing_spread
-from peak_tune.validation import applicable_sizes, require_size_constraints
 
 __all__ = ["Pipeline", "PipelineSetup", "check_sequence", "evaluate_built", "make_request",
            "outcome_of_error", "seed_context"]

@@ -4,7 +4,7 @@ TPE reads every trial several times per `ask`; against SQLite that made the driv
 the bottleneck (3 trials/s where memory gives 30). So the sampler works on an in-memory
 copy, and a writer process appends each finished trial to the persistent study (SQLite or
 PostgreSQL) in the order they finished, those that queued up meanwhile in one
-transaction (peak_tune.study_batch). The persistent study only ever holds finished
+transaction (peak_tune.study.batch_insert). The persistent study only ever holds finished
 trials: a killed driver leaves nothing RUNNING, and what it finished is there to resume.
 
 The writer is a process, not a thread: SQLAlchemy spends 15-35 ms of Python per trial
@@ -13,7 +13,7 @@ at 1000 trials, all of it holding the interpreter lock the sampler needs. It als
 what other drivers of the same study finished, when asked (`request_pull`), and the
 driver takes those trials in before asking (`take_pulled`).
 
-It is `python -m peak_tune.study_mirror IN_FD OUT_FD` (peak_tune.piped_child). When the
+It is `python -m peak_tune.study.mirror IN_FD OUT_FD` (peak_tune.study.piped_child). When the
 driver ends, even killed, the writer reads the end of its pipe, having written
 everything sent before, and exits.
 """
@@ -35,9 +35,9 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from peak_tune.errors import EnvironmentFault, StorageFailed, UserError, environment_fault
-from peak_tune.piped_child import Message, PipedChild, child_pipes
-from peak_tune.storage import open_storage, redacted_url, sqlite_file
-from peak_tune.study_batch import Unsupported, add_finished
+from peak_tune.study.batch_insert import Unsupported, add_finished
+from peak_tune.study.piped_child import Message, PipedChild, child_pipes
+from peak_tune.study.storage import open_storage, redacted_url, sqlite_file
 
 __all__ = ["StudyMirror", "open_mirrored_study"]
 
@@ -64,7 +64,7 @@ class StudyMirror:
         self._pulled: list[FrozenTrial] = []  # trials of other drivers, not yet taken in
         self._pulls_pending = 0
         self._closed = False
-        self._writer = PipedChild("peak_tune.study_mirror", "study-writer-feed")
+        self._writer = PipedChild("peak_tune.study.mirror", "study-writer-feed")
         self._writer.send("open", (url, persistent.study_name, self.driver, known))
 
     # ------------------------------------------------------------- reading in
@@ -368,6 +368,6 @@ def _storage_failure(error: Exception, doing: str) -> Exception:
     return StorageFailed(f"the study storage failed: {reason} ({doing})")
 
 
-if __name__ == "__main__":  # the writer process: python -m peak_tune.study_mirror IN OUT
+if __name__ == "__main__":  # the writer process: python -m peak_tune.study.mirror IN OUT
     _serve(*child_pipes(sys.argv))
 

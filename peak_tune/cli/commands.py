@@ -1,5 +1,5 @@
 """The CLI's smaller commands: show, export, transforms, devices, cache, dashboard; and
-apply, checkpoint and mcp (peak_tune.cli_workbench)."""
+apply, checkpoint and mcp (peak_tune.cli.workbench)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from typing import Any
 import optuna
 
 from peak_tune import __version__
-from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
-from peak_tune.cli_workbench import apply, checkpoint, mcp
+from peak_tune.cli.workbench import apply, checkpoint, mcp
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
+from peak_tune.evaluation.cache import Cache
 from peak_tune.serialize import kernel_header
-from peak_tune.storage import driver_url, open_storage, results_storage_url
+from peak_tune.study.storage import driver_url, open_storage, results_storage_url
 
 __all__ = ["apply", "cache", "checkpoint", "dashboard", "devices", "export", "llm", "mcp",
            "show", "stats", "transforms"]
@@ -146,7 +146,7 @@ def transforms(args: argparse.Namespace) -> int:
 def dry_run(args: argparse.Namespace) -> int:
     """Compile-check the space for --device; 1 when a point fails to compile."""
     from peak_tune.backends import make_backend
-    from peak_tune.dry_run import check_space, print_points
+    from peak_tune.evaluation.dry_run import check_space, print_points
 
     catalog = Catalog.with_user_folders(args.catalog)
     device = catalog.device(args.device)

@@ -11,7 +11,6 @@ never corrupt the stream.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -21,8 +20,9 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from peak_tune import __version__
+from peak_tune.core import parse_size
 from peak_tune.errors import ApplyError, UserError
-from peak_tune.workbench import ApplyRequest, Target, Workbench, WorkbenchConfig
+from peak_tune.workbench.steps import ApplyRequest, Target, Workbench, WorkbenchConfig
 
 __all__ = ["PROTOCOL_VERSION", "McpServer", "serve_stdio"]
 
@@ -135,13 +135,11 @@ def _check_arguments(schema: Mapping[str, Any], arguments: Any) -> None:
 
 
 def _target(arguments: Mapping[str, Any]) -> Target:
-    from peak_tune.cli import _size
-
     size = None
     if "size" in arguments:
         try:
-            size = _size(arguments["size"])
-        except argparse.ArgumentTypeError as exc:
+            size = parse_size(arguments["size"])
+        except ValueError as exc:
             raise UserError(str(exc)) from exc
     return Target(dtype=arguments.get("dtype"), size=size)
 
@@ -248,7 +246,7 @@ class McpServer:
         return ToolOutput("\n".join(lines), data)
 
     def _apply(self, arguments: dict[str, Any]) -> ToolOutput:
-        from peak_tune.workbench_view import apply_json, apply_text
+        from peak_tune.workbench.view import apply_json, apply_text
 
         result = self.bench.apply(ApplyRequest(
             arguments["transformation"], dict(arguments.get("params", {})),
@@ -260,7 +258,7 @@ class McpServer:
         return ToolOutput(text, apply_json(result))
 
     def _list_checkpoints(self, arguments: dict[str, Any]) -> ToolOutput:
-        from peak_tune.workbench_view import checkpoint_json, tree_text
+        from peak_tune.workbench.view import checkpoint_json, tree_text
 
         current = self.bench.store.current()
         checkpoints = self.bench.store.all()
@@ -269,7 +267,7 @@ class McpServer:
             "checkpoints": [checkpoint_json(c, current) for c in checkpoints]})
 
     def _show(self, arguments: dict[str, Any]) -> ToolOutput:
-        from peak_tune.workbench_view import checkpoint_json, show_text
+        from peak_tune.workbench.view import checkpoint_json, show_text
 
         c = self.bench.store.get(arguments["name"])
         context = self.bench.stored_context(c)
@@ -283,14 +281,14 @@ class McpServer:
         return ToolOutput(text or "the sources are the same", {"diff": text})
 
     def _compare(self, arguments: dict[str, Any]) -> ToolOutput:
-        from peak_tune.workbench_view import checkpoint_json, compare_text
+        from peak_tune.workbench.view import checkpoint_json, compare_text
 
         checkpoints = [self.bench.store.get(n) for n in arguments["names"]]
         return ToolOutput(compare_text([(c, c.key) for c in checkpoints]),
                           {"checkpoints": [checkpoint_json(c) for c in checkpoints]})
 
     def _evaluate(self, arguments: dict[str, Any]) -> ToolOutput:
-        from peak_tune.workbench_view import evaluation_text
+        from peak_tune.workbench.view import evaluation_text
 
         _, evaluation = self.bench.evaluate(arguments["name"], _target(arguments))
         timing = evaluation.timing()

@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import time
@@ -21,12 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from peak_tune.appliers import default_applier
 from peak_tune.backends.base import (
     BUILD_BUDGET,
     BUILD_BUDGET_AFTER,
     BUILD_BUDGET_FLOOR_S,
     EvalConfig,
 )
+from peak_tune.core import parse_size
 from peak_tune.errors import (
     OUT_OF_MEMORY,
     BudgetReached,
@@ -41,7 +42,7 @@ from peak_tune.search.samplers import SAMPLERS
 from peak_tune.search.space import ENCODINGS
 
 if TYPE_CHECKING:
-    from peak_tune.tune import TuneConfig, TuneSession
+    from peak_tune.session.tune import TuneConfig, TuneSession
 
 __all__ = ["main"]
 
@@ -50,12 +51,10 @@ _COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashbo
 
 
 def _size(text: str) -> dict[str, int]:
-    """"N" for a square problem, or "MxNxK"."""
-    parts = text.lower().split("x")
-    if not all(re.fullmatch(r"[1-9][0-9]*", p) for p in parts) or len(parts) not in (1, 3):
-        raise argparse.ArgumentTypeError(f"size {text!r}: use N or MxNxK with positive integers")
-    m, n, k = (parts * 3)[:3] if len(parts) == 1 else parts
-    return {"M": int(m), "N": int(n), "K": int(k)}
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _non_negative(text: str) -> float:
@@ -252,7 +251,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dashboard", help="open optuna-dashboard on the results' storage")
     _common(p)
     p.add_argument("--port", type=int, default=8080)
-    from peak_tune.cli_workbench import add_parsers
+    from peak_tune.cli.workbench import add_parsers
 
     add_parsers(sub, _size)
     return parser
@@ -262,14 +261,8 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _default_applier() -> str:
-    """llm when an endpoint is configured (a model and a key), else the offline one."""
-    configured = os.environ.get("OPENAI_MODEL") and os.environ.get("OPENAI_API_KEY")
-    return "llm" if configured else "reference"
-
-
 def _tune_config(args: argparse.Namespace) -> TuneConfig:
-    from peak_tune.tune import TuneConfig
+    from peak_tune.session.tune import TuneConfig
 
     if args.trials < 0:
         raise UserError("--trials must be zero or more")
@@ -286,7 +279,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
     return TuneConfig(
         kernel=args.kernel, backend=args.backend, device=args.device, dtype=args.dtype,
         sizes=tuple(args.size),
-        applier=args.applier or ("llm" if args.llm_config else _default_applier()),
+        applier=args.applier or ("llm" if args.llm_config else default_applier()),
         model=args.model or _text(llm_file.pop("model", None)),
         llm_settings={**llm_file, **_llm_settings(args)}, samples=args.samples,
         sampler=args.sampler, seed=args.seed,
@@ -311,8 +304,8 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from peak_tune.report import ProgressView, print_summary, summary
-    from peak_tune.tune import open_session
+    from peak_tune.session.progress import ProgressView, print_summary, summary
+    from peak_tune.session.tune import open_session
 
     config = _tune_config(args)
     started = time.perf_counter()
@@ -387,14 +380,14 @@ def _llm_settings(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from peak_tune.batch import load_batch
-    from peak_tune.batch_run import BatchRun
-    from peak_tune.batch_view import BatchView, batch_json, print_batch_summary
+    from peak_tune.batch.files import load_batch
+    from peak_tune.batch.run import BatchRun
+    from peak_tune.batch.view import BatchView, batch_json, print_batch_summary
 
     if args.parallel < 1:
         raise UserError("--parallel must be 1 or more")
     plan = load_batch(Path(args.file), Path(args.results) if args.results else None,
-                      args.storage, _default_applier())
+                      args.storage, default_applier())
     if args.parallel > 1 and any(s.config.executor != "local" for s in plan.studies):
         raise UserError("--parallel with the Ray executor: each study already spreads over "
                         "every device of the cluster, so studies run one after another")
@@ -458,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             return _tune(args)
         if args.command == "batch":
             return _batch(args)
-        from peak_tune import commands
+        from peak_tune.cli import commands
 
         return int(getattr(commands, args.command.replace("-", "_"))(args))
     except UserError as exc:

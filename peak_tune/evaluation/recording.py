@@ -15,8 +15,8 @@ from typing import Any
 
 from peak_tune.core import KernelContext, Status
 from peak_tune.errors import ApplyError, InvalidPoint
-from peak_tune.pipeline import check_sequence
-from peak_tune.tune import TuneSession
+from peak_tune.evaluation.pipeline import check_sequence
+from peak_tune.session.tune import TuneSession
 
 __all__ = ["legal_sequences", "record_space"]
 

@@ -3,8 +3,8 @@
 Apply one transformation to a checkpoint (or the seed) through the same Pipeline and
 cache as tuning, so a repeat costs no applier call and no compile; show the change as a
 diff; validate and time the variant next to the vendor baseline; keep the result as a
-named checkpoint (peak_tune.checkpoints). `peak-tune apply`, `peak-tune checkpoint` and
-the MCP server (peak_tune.mcp_server) are thin layers over this module.
+named checkpoint (peak_tune.workbench.checkpoints). `peak-tune apply`, `peak-tune checkpoint` and
+the MCP server (peak_tune.workbench.mcp_server) are thin layers over this module.
 """
 
 from __future__ import annotations
@@ -21,13 +21,20 @@ from peak_tune.appliers.base import Applier
 from peak_tune.appliers.wiring import AppliedWith, LLMJournal, wired_applier
 from peak_tune.backends import BACKENDS, make_backend
 from peak_tune.backends.base import Backend, EvalConfig
-from peak_tune.cache import Cache
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Transformation
-from peak_tune.checkpoints import SEED, Checkpoint, CheckpointStore, Timing, now, timing_key
 from peak_tune.core import KernelContext, KernelSpec, Measurement, Outcome, ProblemSize, Status
 from peak_tune.errors import ApplyError, InvalidPoint, UserError
-from peak_tune.pipeline import Pipeline, PipelineSetup, check_sequence, seed_context
+from peak_tune.evaluation.cache import Cache
+from peak_tune.evaluation.pipeline import Pipeline, PipelineSetup, check_sequence, seed_context
+from peak_tune.workbench.checkpoints import (
+    SEED,
+    Checkpoint,
+    CheckpointStore,
+    Timing,
+    now,
+    timing_key,
+)
 
 __all__ = ["ApplyRequest", "ApplyResult", "Evaluation", "Target", "Workbench",
            "WorkbenchConfig", "source_diff"]

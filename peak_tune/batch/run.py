@@ -21,10 +21,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from peak_tune.batch import BatchPlan, BatchStudy
+from peak_tune.batch.files import BatchPlan, BatchStudy
 from peak_tune.errors import EnvironmentFault, UserError
-from peak_tune.storage import results_storage_url
-from peak_tune.tune import TrialRecord, TuneSession, open_session
+from peak_tune.session.tune import TrialRecord, TuneSession, open_session
+from peak_tune.study.storage import results_storage_url
 
 __all__ = ["BatchRun", "StudyProgress", "finished_trials"]
 
@@ -190,7 +190,7 @@ class BatchRun:
         self._set(item, DONE if complete or not self.should_stop() else STOPPED)
 
     def _close(self, item: StudyProgress, session: TuneSession, started: float) -> None:
-        from peak_tune.report import summary
+        from peak_tune.session.progress import summary
 
         try:
             session.close()

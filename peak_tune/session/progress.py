@@ -13,7 +13,7 @@ from rich.table import Table
 
 from peak_tune.backends.base import OVER_BUDGET
 from peak_tune.core import Status
-from peak_tune.tune import CONFIRM_ROUNDS, TrialRecord, TuneSession
+from peak_tune.session.tune import CONFIRM_ROUNDS, TrialRecord, TuneSession
 
 __all__ = ["ProgressView", "summary", "print_summary"]
 

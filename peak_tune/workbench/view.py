@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from peak_tune import __version__
-from peak_tune.checkpoints import SEED, Checkpoint, Timing
 from peak_tune.core import KernelContext
 from peak_tune.serialize import kernel_header
-from peak_tune.workbench import ApplyResult, Evaluation
+from peak_tune.workbench.checkpoints import SEED, Checkpoint, Timing
+from peak_tune.workbench.steps import ApplyResult, Evaluation
 
 __all__ = ["apply_json", "apply_text", "checkpoint_json", "compare_text", "evaluation_text",
            "kernel_file", "show_text", "timing_text", "tree_text"]

@@ -38,7 +38,6 @@ from peak_tune.backends.base import (
     EvalConfig,
     EvalRequest,
 )
-from peak_tune.cache import Cache, confirmation_key
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import Transformation
 from peak_tune.core import (
@@ -57,6 +56,14 @@ from peak_tune.errors import (
     NoVendorLibrary,
     UserError,
 )
+from peak_tune.evaluation.cache import Cache, confirmation_key
+from peak_tune.evaluation.pipeline import (
+    Pipeline,
+    PipelineSetup,
+    check_sequence,
+    evaluate_built,
+    outcome_of_error,
+)
 from peak_tune.executors import EvalJob, Executor, LocalExecutor, choose_executor
 from peak_tune.expr import evaluate_int
 from peak_tune.harness.noise import ForeignLoad, NoisePolicy, measure_steadily
@@ -69,13 +76,6 @@ from peak_tune.harness.vendor import (
     figures_from_json,
     load_average,
     settle_own_processes,
-)
-from peak_tune.pipeline import (
-    Pipeline,
-    PipelineSetup,
-    check_sequence,
-    evaluate_built,
-    outcome_of_error,
 )
 from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES, AskAhead
 from peak_tune.search.focus import FixedFirst
@@ -90,11 +90,11 @@ from peak_tune.search.space import (
     branch_trial_params,
     suggest_params,
 )
-from peak_tune.storage import open_storage, redacted_url, results_storage_url
+from peak_tune.study.storage import open_storage, redacted_url, results_storage_url
 
 if TYPE_CHECKING:
     from peak_tune.executors.ray import RaySettings
-from peak_tune.study_mirror import open_mirrored_study
+from peak_tune.study.mirror import open_mirrored_study
 
 __all__ = ["CONFIRM_ATTR", "CONFIRM_ROUNDS", "Confirmation", "SizeConfirmation", "TrialRecord",
            "TuneConfig", "TuneSession", "open_session"]

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from peak_tune.batch_run import DONE, FAILED, RUNNING, STOPPED, BatchRun, StudyProgress
+from peak_tune.batch.run import DONE, FAILED, RUNNING, STOPPED, BatchRun, StudyProgress
 
 __all__ = ["BatchView", "batch_json", "print_batch_summary"]
 

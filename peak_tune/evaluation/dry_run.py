@@ -29,8 +29,8 @@ from peak_tune.errors import (
     ExpressionError,
     InvalidPoint,
 )
+from peak_tune.evaluation.pipeline import seed_context
 from peak_tune.expr import evaluate_bool, evaluate_int
-from peak_tune.pipeline import seed_context
 
 __all__ = ["DryRunPoint", "check_space", "space_points"]
 

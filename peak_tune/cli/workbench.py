@@ -17,7 +17,7 @@ from typing import Any
 
 from peak_tune.backends.base import EvalConfig
 from peak_tune.errors import ApplyError, UserError
-from peak_tune.workbench import ApplyRequest, Target, Workbench, WorkbenchConfig
+from peak_tune.workbench.steps import ApplyRequest, Target, Workbench, WorkbenchConfig
 
 __all__ = ["add_parsers", "apply", "checkpoint", "mcp"]
 
@@ -132,7 +132,7 @@ def _llm(args: argparse.Namespace) -> tuple[str | None, dict[str, object]]:
 
 
 def _config(args: argparse.Namespace) -> WorkbenchConfig:
-    from peak_tune.cli import _default_applier
+    from peak_tune.appliers import default_applier
 
     model, llm_settings = _llm(args)
     return WorkbenchConfig(
@@ -141,7 +141,7 @@ def _config(args: argparse.Namespace) -> WorkbenchConfig:
                       getattr(args, "device", None), getattr(args, "dtype", None),
                       getattr(args, "size", None)),
         applier=getattr(args, "applier", None) or (
-            "llm" if getattr(args, "llm_config", None) else _default_applier()),
+            "llm" if getattr(args, "llm_config", None) else default_applier()),
         model=model,
         eval_config=EvalConfig(timeout_s=getattr(args, "timeout", 60.0),
                                repeats=getattr(args, "repeats", 7)),
@@ -150,7 +150,7 @@ def _config(args: argparse.Namespace) -> WorkbenchConfig:
 
 
 def apply(args: argparse.Namespace) -> int:
-    from peak_tune.workbench_view import apply_json, apply_text
+    from peak_tune.workbench.view import apply_json, apply_text
 
     given: dict[str, int] = {}
     for group in args.params:
@@ -181,14 +181,14 @@ def checkpoint(args: argparse.Namespace) -> int:
 
 
 def _list(bench: Workbench, args: argparse.Namespace) -> int:
-    from peak_tune.workbench_view import tree_text
+    from peak_tune.workbench.view import tree_text
 
     print(tree_text(bench.store.all(), bench.store.current()))
     return 0
 
 
 def _show(bench: Workbench, args: argparse.Namespace) -> int:
-    from peak_tune.workbench_view import show_text
+    from peak_tune.workbench.view import show_text
 
     c = bench.store.get(args.name)
     print(show_text(c, bench.chain(c), bench.stored_context(c), bench.store.current()))
@@ -202,8 +202,8 @@ def _diff(bench: Workbench, args: argparse.Namespace) -> int:
 
 
 def _compare(bench: Workbench, args: argparse.Namespace) -> int:
-    from peak_tune.checkpoints import timing_key
-    from peak_tune.workbench_view import compare_text
+    from peak_tune.workbench.checkpoints import timing_key
+    from peak_tune.workbench.view import compare_text
 
     checkpoints = [bench.store.get(n) for n in args.names]  # every name checked first
     rows = []
@@ -220,7 +220,7 @@ def _compare(bench: Workbench, args: argparse.Namespace) -> int:
 
 
 def _evaluate(bench: Workbench, args: argparse.Namespace) -> int:
-    from peak_tune.workbench_view import evaluation_text
+    from peak_tune.workbench.view import evaluation_text
 
     _, evaluation = bench.evaluate(args.name, bench.config.target)
     print(evaluation_text(evaluation))
@@ -229,7 +229,7 @@ def _evaluate(bench: Workbench, args: argparse.Namespace) -> int:
 
 
 def _restore(bench: Workbench, args: argparse.Namespace) -> int:
-    from peak_tune.workbench_view import kernel_file
+    from peak_tune.workbench.view import kernel_file
 
     c = bench.store.get(args.name) if args.name != "seed" else None
     if args.output:
@@ -256,6 +256,6 @@ _ACTIONS: dict[str, Callable[[Workbench, argparse.Namespace], int]] = {
 
 
 def mcp(args: argparse.Namespace) -> int:
-    from peak_tune.mcp_server import serve_stdio
+    from peak_tune.workbench.mcp_server import serve_stdio
 
     return serve_stdio(_config(args))

@@ -1,0 +1,2 @@
+"""Batch files: many studies (kernels x devices x dtypes x sizes) run from one TOML file.
+"""

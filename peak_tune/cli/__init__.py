@@ -1,0 +1,5 @@
+"""The `peak-tune` command line."""
+
+from peak_tune.cli.main import main
+
+__all__ = ["main"]
