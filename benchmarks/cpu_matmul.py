@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from peak_tune.session.config import TuneConfig
 from peak_tune.session.progress import summary
-from peak_tune.session.tune import TuneConfig, open_session
+from peak_tune.session.tune import open_session
 
 
 def _commit() -> str:

@@ -34,8 +34,9 @@ from optuna.trial import TrialState
 
 from peak_tune.backends.base import BUILD_BUDGET
 from peak_tune.executors.base import time_report
+from peak_tune.session.config import TuneConfig
 from peak_tune.session.progress import summary
-from peak_tune.session.tune import TuneConfig, open_session
+from peak_tune.session.tune import open_session
 
 PAPER = Path(__file__).with_name("paper_sequences.toml")
 

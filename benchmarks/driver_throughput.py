@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 import optuna  # noqa: E402
 
-from peak_tune import tune  # noqa: E402
-from peak_tune.search import samplers  # noqa: E402
+from peak_tune.search import samplers, study  # noqa: E402
+from peak_tune.session import parts, tune  # noqa: E402
+from peak_tune.session.config import TELL_ORDERS, TuneConfig  # noqa: E402
 from tests.instant_backend import InstantCudaBackend  # noqa: E402
 
 
@@ -46,14 +47,14 @@ def plain_tpe(name: str, seed: int | None, roles: Any = None) -> optuna.samplers
 def one_run(args: argparse.Namespace, label: str,
             make_sampler: Callable[..., optuna.samplers.BaseSampler],
             ask_ahead: int) -> dict[str, Any]:
-    tune.make_sampler = make_sampler
+    study.make_sampler = make_sampler  # type: ignore[assignment]
     asks: list[float] = []
     with tempfile.TemporaryDirectory(prefix="peak-driver-") as results:
-        config = tune.TuneConfig(backend="cuda", device=args.device, dtype=args.dtype,
-                                 sizes=({"M": args.size, "N": args.size, "K": args.size},),
-                                 results=Path(results), executor="local", seed=0,
-                                 compile_workers=args.build_workers,
-                                 tell_order=args.tell_order, ask_ahead=ask_ahead)
+        config = TuneConfig(backend="cuda", device=args.device, dtype=args.dtype,
+                            sizes=({"M": args.size, "N": args.size, "K": args.size},),
+                            results=Path(results), executor="local", seed=0,
+                            compile_workers=args.build_workers,
+                            tell_order=args.tell_order, ask_ahead=ask_ahead)
         session = tune.open_session(config)
         ask, start = session._ask, session._start
         began = [0.0]
@@ -104,14 +105,14 @@ def main() -> int:
                         help="median seconds a build sleeps (the model of a real study)")
     parser.add_argument("--device-s", type=float, default=0.0,
                         help="seconds a timing sleeps on the one timer thread")
-    parser.add_argument("--tell-order", default="auto", choices=tune.TELL_ORDERS)
+    parser.add_argument("--tell-order", default="auto", choices=TELL_ORDERS)
     parser.add_argument("--samplers", default="plain,focused,ahead")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     InstantCudaBackend.compile_for_real = args.compile
     InstantCudaBackend.build_s, InstantCudaBackend.device_s = args.build_s, args.device_s
-    tune.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
+    parts.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
     # the sampler process builds its own focused TPE: `plain` and `focused` sample in
     # the driver, `ahead` in the process
     choices = {"plain": (plain_tpe, 0), "focused": (samplers.make_sampler, 0),

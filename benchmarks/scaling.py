@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from peak_tune.backends.base import EvalConfig  # noqa: E402
 from peak_tune.errors import ApplyError, InvalidPoint  # noqa: E402
 from peak_tune.executors.base import time_report  # noqa: E402
-from peak_tune.session.tune import TuneConfig, open_session  # noqa: E402
+from peak_tune.session.config import TuneConfig  # noqa: E402
+from peak_tune.session.tune import open_session  # noqa: E402
 from tests.llm_server import Behaviour, LLMServer  # noqa: E402
 
 _FENCED = re.compile(r"```[a-z+]*\n(.*?)```", re.S)

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from peak_tune.session.tune import TuneConfig, open_session
+from peak_tune.session.config import TuneConfig
+from peak_tune.session.tune import open_session
 
 DEFAULT_RECORDING = Path(__file__).parents[1] / "tests/fixtures/replay/matmul-c-small.json"
 

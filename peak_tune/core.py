@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,9 @@ __all__ = [
     "ParamDomain",
     "ProblemSize",
     "Status",
+    "geometric_mean",
+    "check_size_text",
+    "size_of",
     "stable_hash",
 ]
 
@@ -212,10 +216,43 @@ class Outcome:
         return self.measurement.gflops if self.measurement else 0.0
 
 
-def parse_size(text: str) -> dict[str, int]:
-    """"N" for a square problem, or "MxNxK"; ValueError naming the text otherwise."""
-    parts = text.lower().split("x")
-    if not all(re.fullmatch(r"[1-9][0-9]*", p) for p in parts) or len(parts) not in (1, 3):
-        raise ValueError(f"size {text!r}: use N or MxNxK with positive integers")
-    m, n, k = (parts * 3)[:3] if len(parts) == 1 else parts
-    return {"M": int(m), "N": int(n), "K": int(k)}
+_POSITIONAL = re.compile(r"[1-9][0-9]*(x[1-9][0-9]*)*")
+_NAMED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[1-9][0-9]*(,[A-Za-z_][A-Za-z0-9_]*=[1-9][0-9]*)*")
+
+
+def check_size_text(text: str) -> str:
+    """`text` if it is a size: "N", "AxBx..." or "NAME=V,NAME=V,..." with positive
+    integers (which names it needs is the kernel's: see size_of); else ValueError."""
+    text = text.strip()
+    if _POSITIONAL.fullmatch(text.lower()) or _NAMED.fullmatch(text.replace(" ", "")):
+        return text
+    raise ValueError(f"size {text!r}: use N, AxBx... (in the kernel's order) or "
+                     f"NAME=V,NAME=V,... with positive integers")
+
+
+def size_of(text: str, symbols: tuple[str, ...]) -> dict[str, int]:
+    """A size for a kernel whose size symbols are `symbols`: "N" gives every symbol N;
+    "AxBx..." one value per symbol in the spec's order; "NAME=V,..." names every
+    symbol. ValueError saying what this kernel's sizes look like."""
+    text = check_size_text(text)
+    shape = "x".join(symbols)
+    if "=" in text:
+        pairs = dict(part.split("=") for part in text.replace(" ", "").split(","))
+        if set(pairs) != set(symbols):
+            raise ValueError(f"size {text!r} names {', '.join(sorted(pairs))}; this kernel's "
+                             f"sizes are {', '.join(symbols)}")
+        return {s: int(pairs[s]) for s in symbols}
+    values = [int(v) for v in text.lower().split("x")]
+    if len(values) == 1:
+        values *= len(symbols)
+    if len(values) != len(symbols):
+        raise ValueError(f"size {text!r} gives {len(values)} values; this kernel's sizes "
+                         f"are {shape} (or N, or {'=..,'.join(symbols)}=..)")
+    return dict(zip(symbols, values, strict=True))
+
+
+def geometric_mean(values: list[float]) -> float:
+    """Of positive values; 0.0 for none, or where one is not positive (a failed size)."""
+    if not values or min(values) <= 0:
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))

@@ -52,7 +52,29 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "sqrt": np.sqrt,
     "transpose": np.transpose,
     "sum": np.sum,
+    # array functions for references beyond matmul (softmax, layer norm, attention)
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "amax": np.amax,
+    "amin": np.amin,
+    "mean": np.mean,
+    "var": np.var,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "where": np.where,
+    "swapaxes": np.swapaxes,
+    "softmax": lambda x, axis=-1: _softmax(x, axis),
 }
+# keyword arguments an array function may take, as constants: a reduction's axis, and
+# whether it keeps the reduced axis (softmax's max and sum along the last axis)
+_KEYWORDS = frozenset({"axis", "keepdims"})
+_ARRAY_FUNCTIONS = frozenset({"sum", "amax", "amin", "mean", "var", "softmax"})
+
+
+def _softmax(x: Any, axis: int) -> Any:
+    shifted = np.exp(x - np.amax(x, axis=axis, keepdims=True))
+    return shifted / np.sum(shifted, axis=axis, keepdims=True)
 
 
 def _walk(node: ast.AST, names: Mapping[str, Any], text: str) -> Any:
@@ -91,11 +113,23 @@ def _walk(node: ast.AST, names: Mapping[str, Any], text: str) -> Any:
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in _FUNCTIONS
-        and not node.keywords
+        and (not node.keywords or node.func.id in _ARRAY_FUNCTIONS)
     ):
         args = [_walk(a, names, text) for a in node.args]
-        return _FUNCTIONS[node.func.id](*args)
+        return _FUNCTIONS[node.func.id](*args, **_keywords(node, text))
     raise ExpressionError(f"unsupported syntax {ast.dump(node)[:40]!r} in expression {text!r}")
+
+
+def _keywords(node: ast.Call, text: str) -> dict[str, Any]:
+    """`axis=` (an integer or a tuple of them) and `keepdims=` (a bool), as constants."""
+    found: dict[str, Any] = {}
+    for keyword in node.keywords:
+        if keyword.arg not in _KEYWORDS:
+            raise ExpressionError(f"unsupported keyword {keyword.arg!r} in expression {text!r}")
+        value = _walk(keyword.value, {}, text) if not isinstance(keyword.value, ast.Tuple) \
+            else tuple(_walk(e, {}, text) for e in keyword.value.elts)
+        found[keyword.arg] = value
+    return found
 
 
 @functools.lru_cache(maxsize=1024)

@@ -60,9 +60,10 @@ def outcome_from_json(data: dict[str, Any], cached: bool = False) -> Outcome:
     )
 
 
-def kernel_header(lines: list[str], context: KernelContext, params: Mapping[str, int]) -> str:
-    """A comment block saying where a kernel comes from, then its tuning values as macros
-    that -DNAME=VALUE can still override."""
+def kernel_header(lines: list[str], context: KernelContext, params: Mapping[str, int | str]
+                  ) -> str:
+    """A comment block saying where a kernel comes from, then its tuning values (and the
+    element type's macros) as macros that -DNAME=VALUE can still override."""
     lines = [*lines, "tuning parameters are set below; override them with -DNAME=VALUE"]
     if context.size_constraints:
         lines.append(f"requires sizes with: {', '.join(context.size_constraints)}")

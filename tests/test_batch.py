@@ -205,7 +205,7 @@ def _quiet_studies(results: Path) -> list[list[optuna.trial.FrozenTrial]]:
 
 def test_parallel_never_overlaps_cpu_timed_studies_or_one_device():
     from peak_tune.batch.run import StudyProgress, _fits
-    from peak_tune.session.tune import TuneConfig
+    from peak_tune.session.config import TuneConfig
 
     def item(device: str, backend: str) -> StudyProgress:
         return StudyProgress(BatchStudy(device, TuneConfig(device=device, backend=backend), 1))

@@ -18,11 +18,12 @@ import pytest
 from optuna.trial import TrialState
 
 from peak_tune.backends.base import OVER_BUDGET, Artifact, over_budget_message
-from peak_tune.cli import main as cli
+from peak_tune.cli import app as cli
 from peak_tune.core import KernelContext
 from peak_tune.errors import BuildOverBudget
+from peak_tune.session import parts, tune
 from peak_tune.session import progress as report
-from peak_tune.session import tune
+from peak_tune.session.config import TuneConfig
 from tests.instant_backend import InstantCudaBackend
 
 SLOW_S, QUICK_S = 1.0, 0.01
@@ -46,13 +47,13 @@ class SlowTailBackend(InstantCudaBackend):
 
 @pytest.fixture
 def slow_tail(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(tune, "make_backend", lambda name, device: SlowTailBackend(device))
+    monkeypatch.setattr(parts, "make_backend", lambda name, device: SlowTailBackend(device))
     monkeypatch.setattr(tune, "BUILD_BUDGET_FLOOR_S", 0.2)
     yield
 
 
 def run_study(tmp_path: Path, trials: int, **config: Any) -> tune.TuneSession:
-    session = tune.open_session(tune.TuneConfig(**{
+    session = tune.open_session(TuneConfig(**{
         "backend": "cuda", "device": "h200", "dtype": "float32",
         "sizes": ({"M": 256, "N": 256, "K": 256},), "results": tmp_path,
         "executor": "local", "seed": 0, "compile_workers": 4, "ask_ahead": 0, **config}))

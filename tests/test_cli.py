@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,9 +110,10 @@ def test_exported_kernel_compiles_standalone(tuned, tmp_path):
     results, _ = tuned
     out = tmp_path / "best.c"
     peak("export", "--results", str(results), "-o", str(out))
-    built = subprocess.run(["gcc", "-O2", "-fopenmp", "-c", "-DDTYPE=float", str(out), "-o",
-                            str(tmp_path / "best.o")], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr
+    for flags in (["-O2", "-fopenmp"], []):  # as it is: its element type is in it
+        built = subprocess.run(["gcc", *flags, "-c", str(out), "-o", str(tmp_path / "best.o")],
+                               capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr
 
 
 def test_catalog_listings():
@@ -123,7 +125,40 @@ def test_catalog_listings():
     tensor = peak("transforms", "show", "tensor-core")
     assert "element types float16, bfloat16" in tensor.stdout
     devices = peak("devices")
-    assert "h200" in devices.stdout and "mi250" in devices.stdout
+    rows = {line.split()[0]: line for line in devices.stdout.splitlines()}
+    assert "tuned on the device" in rows["h200"]
+    assert "built for it, never run on it" in rows["mi250"]
+    assert "profile only, never built or run" in rows["adreno-x1-85"]
+
+
+def test_a_mistaken_option_is_one_line_not_the_usage(tmp_path):
+    done = peak("--size", "abc", "--results", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "peak-tune tune: error: argument --size: size 'abc': use N or MxNxK with positive "
+        "integers (see peak-tune tune --help)"]
+
+
+def test_no_trial_is_no_ratio_and_no_trial_number(tmp_path):
+    done = peak("--trials", "0", "--size", "32", "--results", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    data = last_json(done.stdout)
+    assert data["ratio"] is None and data["search_ratio"] is None
+    assert data["peak"]["ratio"] is None and data["best"]["trial"] is None
+    table = peak("--trials", "0", "--size", "32", "--results", str(tmp_path)).stderr
+    assert "trial None" not in table and "0.000x" not in table
+    assert "no finished trial" in table
+
+
+def test_a_broken_spec_of_another_kernel_in_a_catalog_is_named(tmp_path):
+    broken = tmp_path / "cat" / "seeds" / "softmax"
+    broken.mkdir(parents=True)
+    (broken / "spec.toml").write_text("name = 'softmax'\nthis is not toml\n")
+    done = peak("--trials", "1", "--size", "32", "--results", str(tmp_path),
+                "--catalog", str(tmp_path / "cat"))
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("peak-tune: error: ") and str(broken / "spec.toml") in line
 
 
 BROKEN = """---
@@ -327,3 +362,47 @@ def test_a_study_of_another_size_is_one_line_and_left_as_it_was(tmp_path):
     assert line.startswith("peak-tune: error: study 's' was made for ") and "64x64x64" in line
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/peak.db")
     assert len([t for t in study.trials if t.state.is_finished()]) == 2
+
+
+BMM = Path(__file__).parent / "fixtures" / "catalogs" / "bmm"
+
+
+@pytest.mark.parametrize("size", ["BATCH=2,M=24,N=16,K=8", "2x24x16x8"])
+def test_a_users_batched_kernel_tunes_with_its_own_sizes(tmp_path, size):
+    done = peak("--kernel", "bmm", "--catalog", str(BMM), "--size", size, "--trials", "2",
+                "--json", "--results", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    data = last_json(done.stdout)
+    assert data["sizes"] == ["2x24x16x8"] and data["trials"]["by_outcome"]["ok"] >= 1
+
+
+def test_a_size_that_misses_a_kernels_name_says_which_it_has(tmp_path):
+    done = peak("--kernel", "bmm", "--catalog", str(BMM), "--size", "M=24,N=16,K=8",
+                "--trials", "1", "--results", str(tmp_path))
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line == ("peak-tune: error: size 'M=24,N=16,K=8' names K, M, N; this kernel's "
+                    "sizes are BATCH, M, N, K")
+
+
+SOFTMAX = Path(__file__).parent / "fixtures" / "catalogs" / "softmax"
+
+
+def test_a_users_softmax_tunes_against_its_reduction_reference(tmp_path):
+    done = peak("--kernel", "softmax", "--catalog", str(SOFTMAX), "--size", "32x100",
+                "--trials", "2", "--json", "--results", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    data = last_json(done.stdout)
+    assert data["trials"]["by_outcome"]["ok"] == data["trials"]["total"] >= 1
+    assert data["vendor"]["name"] == "numpy (reference expression in float32)"
+
+
+def test_a_softmax_that_forgets_to_normalise_is_a_wrong_result(tmp_path):
+    catalog = tmp_path / "cat"
+    shutil.copytree(SOFTMAX, catalog)
+    seed = catalog / "seeds" / "softmax" / "naive.c"
+    seed.write_text(seed.read_text().replace("y[c] /= total", "y[c] /= 1"))
+    done = peak("--kernel", "softmax", "--catalog", str(catalog), "--size", "32x100",
+                "--trials", "1", "--json", "--results", str(tmp_path / "r"))
+    data = last_json(done.stdout)
+    assert data["trials"]["by_outcome"]["wrong result"] == 1, done.stderr

@@ -16,7 +16,7 @@ import optuna
 import pytest
 
 from peak_tune.harness.noise import NoisePolicy
-from peak_tune.session.tune import CONFIRM_ATTR, CONFIRM_ROUNDS
+from peak_tune.session.confirmation import CONFIRM_ATTR, CONFIRM_ROUNDS
 from tests.user_kernels import SLEEPY_C, one_seed_catalog
 
 SMALL = ["--size", "64", "--repeats", "3"]

@@ -9,7 +9,7 @@ from types import ModuleType
 import optuna
 import pytest
 
-from peak_tune.session import tune
+from peak_tune.session import parts
 from tests.instant_backend import InstantCudaBackend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    monkeypatch.setattr(tune, "make_backend", lambda name, device: InstantCudaBackend(device))
+    monkeypatch.setattr(parts, "make_backend", lambda name, device: InstantCudaBackend(device))
     import cuda_matmul  # benchmarks/ is not a package
 
     return cuda_matmul

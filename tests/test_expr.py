@@ -55,3 +55,37 @@ def test_names_in_excludes_functions():
     check_expression("MC % MR == 0", {"MC", "MR"})
     with pytest.raises(ExpressionError, match="MZ"):
         check_expression("MC % MZ == 0", {"MC", "MR"})
+
+
+def test_references_beyond_matmul_reduce_along_an_axis() -> None:
+    import numpy as np
+
+    from peak_tune.expr import evaluate
+
+    x = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
+    soft = evaluate("softmax(X, axis=-1)", {"X": x})
+    by_hand = evaluate("exp(X - amax(X, axis=-1, keepdims=True)) / "
+                       "sum(exp(X - amax(X, axis=-1, keepdims=True)), axis=-1, keepdims=True)",
+                       {"X": x})
+    assert np.allclose(soft, by_hand) and np.allclose(soft.sum(axis=-1), 1.0)
+    assert np.allclose(soft[1], 1 / 3)
+    norm = evaluate("(X - mean(X, axis=-1, keepdims=True)) / "
+                    "sqrt(var(X, axis=-1, keepdims=True) + 1e-5)", {"X": x})
+    assert np.allclose(norm.mean(axis=-1), 0.0)
+    q = np.eye(2)[None]
+    attention = evaluate("softmax(Q @ swapaxes(K, -1, -2) / sqrt(2)) @ V",
+                         {"Q": q, "K": q, "V": q})
+    assert attention.shape == (1, 2, 2)
+
+
+def test_only_an_axis_and_keepdims_may_be_named_and_only_for_array_functions() -> None:
+    import numpy as np
+    import pytest
+
+    from peak_tune.errors import ExpressionError
+    from peak_tune.expr import evaluate
+
+    with pytest.raises(ExpressionError, match="unsupported keyword 'out'"):
+        evaluate("sum(X, out=X)", {"X": np.ones(2)})
+    with pytest.raises(ExpressionError, match="unsupported syntax"):
+        evaluate("ceil_div(M, b=2)", {"M": 4})

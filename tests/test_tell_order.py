@@ -12,13 +12,8 @@ from typing import Any
 import pytest
 
 from peak_tune.errors import UserError
-from peak_tune.session.tune import (
-    TuneConfig,
-    TuneSession,
-    _Started,
-    open_session,
-    tells_as_finished,
-)
+from peak_tune.session.config import TuneConfig
+from peak_tune.session.tune import TuneSession, _Started, open_session, tells_as_finished
 
 
 def started(prepared_done: bool = True, outcome_done: bool | None = False) -> _Started:

@@ -199,8 +199,9 @@ REPLAY = Path(__file__).parent / "fixtures" / "replay" / "matmul-c-small.json"
 
 
 def _replayed_run(results: Path, trials: int, study: str | None = None) -> dict:
+    from peak_tune.session.config import TuneConfig
     from peak_tune.session.progress import summary
-    from peak_tune.session.tune import TuneConfig, open_session
+    from peak_tune.session.tune import open_session
 
     config = TuneConfig(sizes=({"M": 96, "N": 96, "K": 96},), results=results, seed=2,
                         only=("loop-interchange", "unroll-k", "openmp-parallel",

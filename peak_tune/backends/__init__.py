@@ -8,7 +8,7 @@ from peak_tune.backends.base import Backend, Capabilities
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.errors import UserError
 
-__all__ = ["BACKENDS", "FOREIGN_DEVICES", "capabilities", "make_backend"]
+__all__ = ["BACKENDS", "FOREIGN_DEVICES", "capabilities", "element_macros", "make_backend"]
 
 # name -> "module:Class"; imported only when chosen (GPU stacks are heavy and optional).
 BACKENDS: dict[str, str] = {
@@ -42,6 +42,13 @@ def capabilities(name: str, device_backend: str | None = None) -> Capabilities:
     declared: Capabilities = _backend_class(  # type: ignore[attr-defined]
         name, device_backend).capabilities
     return declared
+
+
+def element_macros(name: str, dtype: str) -> dict[str, str]:
+    """The macros backend `name` defines for a build of `dtype` besides the tuning
+    values (the element type, the accumulator): an exported kernel sets them itself."""
+    found: dict[str, str] = _backend_class(name).element_macros(dtype)  # type: ignore[attr-defined]
+    return found
 
 
 def make_backend(name: str, device: DeviceProfile) -> Backend:

@@ -16,6 +16,7 @@ from peak_tune.errors import (
     InvalidPoint,
     KernelCrash,
     KernelTimeout,
+    NoVendorLibrary,
     UserError,
     WrongResult,
 )
@@ -32,6 +33,7 @@ ERROR_KINDS: tuple[tuple[str, type[Exception]], ...] = (
     ("crash", KernelCrash),
     ("compile", CompileError),
     ("invalid", InvalidPoint),
+    ("no_vendor", NoVendorLibrary),  # before "user": it is one
     ("user", UserError),
 )
 _MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

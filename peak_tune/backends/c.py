@@ -92,6 +92,11 @@ class CBackend:
     name = "c"
     capabilities = Capabilities(on_host=True, host_code=True, launch_region=False)
 
+    @staticmethod
+    def element_macros(dtype: str) -> dict[str, str]:
+        """What a build of `dtype` defines besides the tuning values (see export)."""
+        return {"DTYPE": _C_TYPES[dtype]} if dtype in _C_TYPES else {}
+
     def __init__(self, profile: DeviceProfile) -> None:
         self._profile = profile
         self._host: _Host | None = None

@@ -83,6 +83,12 @@ class CudaBackend:
     capabilities = Capabilities(on_host=False, host_code=False, launch_region=True,
                                 sanitizer=True, profiler=True, tensor_maps=True)
 
+    @staticmethod
+    def element_macros(dtype: str) -> dict[str, str]:
+        """What a build of `dtype` defines besides the tuning values (see export)."""
+        element, accumulator = _CUDA_TYPES.get(dtype, ("", ""))
+        return {"DTYPE": element, "ACC": accumulator} if element else {}
+
     def __init__(self, profile: DeviceProfile) -> None:
         self._profile = profile
         self._runner = GpuRunner(profile, _UNAVAILABLE, self._check_device)

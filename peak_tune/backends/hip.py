@@ -116,6 +116,12 @@ class HipBackend:
     name = "hip"
     capabilities = Capabilities(on_host=False, host_code=False, launch_region=True)
 
+    @staticmethod
+    def element_macros(dtype: str) -> dict[str, str]:
+        """What a build of `dtype` defines besides the tuning values (see export)."""
+        element, accumulator = _HIP_TYPES.get(dtype, ("", ""))
+        return {"DTYPE": element, "ACC": accumulator} if element else {}
+
     def __init__(self, profile: DeviceProfile) -> None:
         if platform_of(profile) != "amd":
             raise UserError(f"device profile {profile.name!r} needs facts.arch like "

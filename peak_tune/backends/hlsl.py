@@ -57,6 +57,12 @@ class HlslBackend:
     name = "hlsl"
     capabilities = Capabilities(on_host=False, host_code=False, launch_region=True)
 
+    @staticmethod
+    def element_macros(dtype: str) -> dict[str, str]:
+        """What a build of `dtype` defines besides the tuning values (see export)."""
+        element, accumulator, _ = _HLSL_TYPES.get(dtype, ("", "", False))
+        return {"DTYPE": element, "ACC": accumulator} if element else {}
+
     def __init__(self, profile: DeviceProfile) -> None:
         self._profile = profile
         self._runner = GpuRunner(profile, _UNAVAILABLE, self._check_device, _WORKER_MODULE,

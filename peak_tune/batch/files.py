@@ -37,7 +37,7 @@ from peak_tune.catalog.resolve import Catalog
 from peak_tune.errors import UserError
 from peak_tune.search.samplers import SAMPLERS
 from peak_tune.search.space import ENCODINGS
-from peak_tune.session.tune import TuneConfig
+from peak_tune.session.config import TuneConfig
 
 __all__ = ["BatchError", "BatchPlan", "BatchStudy", "load_batch"]
 

@@ -23,7 +23,8 @@ from optuna.trial import TrialState
 
 from peak_tune.batch.files import BatchPlan, BatchStudy
 from peak_tune.errors import EnvironmentFault, UserError
-from peak_tune.session.tune import TrialRecord, TuneSession, open_session
+from peak_tune.search.trials import TrialRecord
+from peak_tune.session.tune import TuneSession, open_session
 from peak_tune.study.storage import results_storage_url
 
 __all__ = ["BatchRun", "StudyProgress", "finished_trials"]
@@ -61,7 +62,8 @@ class StudyProgress:
         data: dict[str, Any] = self.summary or {
             "study": self.study.name, "kernel": config.kernel, "device": config.device,
             "backend": self.study.backend, "dtype": config.dtype,
-            "sizes": ["x".join(str(v) for v in s.values()) for s in config.sizes],
+            "sizes": [s if isinstance(s, str) else "x".join(str(v) for v in s.values())
+                      for s in config.sizes],
         }
         return {**data, "state": self.state, "target_trials": self.study.trials,
                 "finished_trials": self.done, "new_trials": self.new, "reason": self.reason}
@@ -169,11 +171,11 @@ class BatchRun:
     def _resume(self, item: StudyProgress, session: TuneSession) -> None:
         """Run the trials the study still lacks (none when it holds its count)."""
         item.done = finished_trials(session.study)
-        item.best_gflops = session.best_gflops()
+        item.best_gflops = session.searcher.best_gflops()
         self._set(item, RUNNING)
         session.measure_vendor()
-        item.vendor_gflops = session.vendor_gflops()
-        against, gflops = session.denominator()
+        item.vendor_gflops = session.vendors.gflops()
+        against, gflops = session.vendors.denominator()
         item.peak_gflops = gflops if against == "peak" else 0.0
         self.changed(item)
 
@@ -181,8 +183,8 @@ class BatchRun:
             with self._lock:
                 item.new += 1
                 item.done += 1
-                item.best_gflops = session.best_gflops()
-                item.vendor_gflops = session.vendor_gflops()  # re-timed through the run
+                item.best_gflops = session.searcher.best_gflops()
+                item.vendor_gflops = session.vendors.gflops()  # re-timed through the run
             self.changed(item)
 
         session.run(max(0, item.study.trials - item.done), on_trial, self._stopping)

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from peak_tune.catalog.types import DTYPES, DeviceProfile, Pass, Transformation
+from peak_tune.catalog.types import DTYPES, TESTED, DeviceProfile, Pass, Transformation
 from peak_tune.core import ArgSpec, KernelSpec, ParamDomain, ProblemSize
 from peak_tune.errors import CatalogError, ExpressionError
 from peak_tune.expr import check_expression
@@ -331,7 +331,10 @@ def load_transformations(folders: Iterable[Path]) -> dict[str, Transformation]:
 def load_device(path: Path) -> DeviceProfile:
     data = _read_toml(path)
     _check_keys(path, data, {"name", "title", "backend", "peak_gflops", "memory_bandwidth_gbs"},
-                {"facts"})
+                {"facts", "tested"})
+    tested = _typed(path, "tested", data.get("tested", "none"), str)
+    if tested not in TESTED:
+        raise CatalogError(path, "tested", f"{tested!r}: use one of {', '.join(TESTED)}")
     if data["name"] != path.stem:
         raise CatalogError(path, "name", f"{data['name']!r} differs from the file name")
     peaks = _typed(path, "peak_gflops", data["peak_gflops"], dict)
@@ -348,6 +351,7 @@ def load_device(path: Path) -> DeviceProfile:
         memory_bandwidth_gbs=float(
             _typed(path, "memory_bandwidth_gbs", data["memory_bandwidth_gbs"], (int, float))),
         facts=facts,
+        tested=tested,
         path=str(path),
     )
 

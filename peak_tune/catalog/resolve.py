@@ -7,6 +7,7 @@ A catalog folder holds any of `transforms/`, `seeds/` and `devices/` (or
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -19,6 +20,9 @@ from peak_tune.errors import UserError
 __all__ = ["Catalog", "builtin_root"]
 
 
+log = logging.getLogger(__name__)
+
+
 def builtin_root() -> Path:
     """The checkout's root when running from one, else the wheel's bundled copy."""
     package = Path(__file__).resolve().parent.parent
@@ -29,6 +33,18 @@ def builtin_root() -> Path:
     if (bundled / "seeds").is_dir():
         return bundled
     raise UserError(f"peak-tune's built-in catalog is missing (looked in {checkout} and {bundled})")
+
+
+def unused_checkout(builtin: Path, here: Path, user_roots: list[Path]) -> str | None:
+    """A warning when `here` (the working folder) is a catalog checkout that is neither
+    the built-in catalog in use (an installed copy) nor a --catalog folder: its edits to
+    transforms/ would otherwise have no effect without a word."""
+    if not ((here / "transforms").is_dir() and (here / "seeds").is_dir()):
+        return None
+    if here.resolve() in {builtin.resolve(), *(r.resolve() for r in user_roots)}:
+        return None
+    return (f"the catalog in use is the installed copy in {builtin}, not this folder's "
+            f"transforms/ and seeds/: `pip install -e .` here, or pass --catalog .")
 
 
 def _existing(paths: list[Path]) -> list[Path]:
@@ -49,7 +65,19 @@ class Catalog:
             if not path.is_dir():
                 raise UserError(f"catalog folder {folder!r} does not exist")
             roots.append(path.resolve())
-        return cls(tuple(roots))
+        warning = unused_checkout(roots[0], Path.cwd(), roots[1:])
+        if warning:
+            log.warning(warning)
+        catalog = cls(tuple(roots))
+        catalog.check_user_kernels()
+        return catalog
+
+    def check_user_kernels(self) -> None:
+        """Every kernel spec in a user's folder loads, the one tuned or not: a malformed
+        one is a CatalogError naming its file, not a kernel that quietly is not there."""
+        for root in self.roots[1:]:
+            for spec in sorted((root / "seeds").glob("*/spec.toml")):
+                load_spec(spec.parent)
 
     def _folders(self, *names: str) -> list[Path]:
         return _existing([root / name for root in self.roots for name in names])

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from peak_tune.core import ParamDomain, stable_hash
 
-__all__ = ["DTYPES", "DeviceProfile", "Pass", "Transformation"]
+__all__ = ["DTYPES", "TESTED", "DeviceProfile", "Pass", "Transformation"]
 
 
 # Element types a transformation may name in `dtypes` (what the kernels are written for).
@@ -87,6 +87,12 @@ class Transformation:
                 and (vendor is None or not self.vendors or vendor in self.vendors))
 
 
+# a device profile's `tested`, and what `peak-tune devices` says of it
+TESTED = {"hardware": "tuned on the device",
+          "compile-only": "built for it, never run on it",
+          "none": "profile only, never built or run"}
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """Documented facts about a device (backends/devices/<name>.toml)."""
@@ -97,6 +103,7 @@ class DeviceProfile:
     peak_gflops: Mapping[str, float]  # dtype -> documented peak
     memory_bandwidth_gbs: float
     facts: Mapping[str, int | float | str] = field(default_factory=dict)  # for prompts
+    tested: str = "none"  # how far peak-tune has gone on this device (TESTED)
     path: str = ""
 
     @property

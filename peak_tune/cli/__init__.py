@@ -1,5 +1,5 @@
 """The `peak-tune` command line."""
 
-from peak_tune.cli.main import main
+from peak_tune.cli.app import main
 
 __all__ = ["main"]

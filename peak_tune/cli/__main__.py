@@ -2,6 +2,6 @@
 
 import sys
 
-from peak_tune.cli.main import main
+from peak_tune.cli.app import main
 
 sys.exit(main())

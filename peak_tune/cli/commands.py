@@ -15,7 +15,9 @@ from typing import Any
 import optuna
 
 from peak_tune import __version__
+from peak_tune.backends import BACKENDS, element_macros
 from peak_tune.catalog.resolve import Catalog
+from peak_tune.catalog.types import TESTED
 from peak_tune.cli.workbench import apply, checkpoint, mcp
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
@@ -24,7 +26,7 @@ from peak_tune.serialize import kernel_header
 from peak_tune.study.storage import driver_url, open_storage, results_storage_url
 
 __all__ = ["apply", "cache", "checkpoint", "dashboard", "devices", "export", "llm", "mcp",
-           "show", "stats", "transforms"]
+           "report", "show", "stats", "transforms"]
 
 
 def _storage(args: argparse.Namespace) -> str:
@@ -102,7 +104,9 @@ def provenance_header(study: optuna.Study, best: optuna.trial.FrozenTrial,
         f"sequence: {' > '.join(best.user_attrs.get('sequence', [])) or '(seed)'}",
         f"measured: {best.values[0]:.2f} GFLOP/s",
     ]
-    return kernel_header(lines, context, params)
+    backend, dtype = str(identity.get("backend", "")), str(identity.get("dtype", ""))
+    element = element_macros(backend, dtype) if backend in BACKENDS else {}
+    return kernel_header(lines, context, {**element, **params})
 
 
 def export(args: argparse.Namespace) -> int:
@@ -177,7 +181,8 @@ def devices(args: argparse.Namespace) -> int:
     catalog = Catalog.with_user_folders(args.catalog)
     for d in sorted(catalog.devices.values(), key=lambda d: (d.backend, d.name)):
         peaks = ", ".join(f"{k} {v / 1000:g} TFLOP/s" for k, v in d.peak_gflops.items() if v)
-        print(f"{d.name:<14} {d.backend:<5} {d.title:<34} {peaks or 'peak unknown'}")
+        print(f"{d.name:<14} {d.backend:<5} {d.title:<34} {TESTED[d.tested]:<33} "
+              f"{peaks or 'peak unknown'}")
     return 0
 
 
@@ -208,6 +213,31 @@ def dashboard(args: argparse.Namespace) -> int:
     # Ctrl-C, a service manager's SIGTERM) stops the server, not a parent that leaves it
     os.execv(binary, [binary, driver_url(storage), "--host", "127.0.0.1", "--port",
                       str(args.port)])
+
+
+def report(args: argparse.Namespace) -> int:
+    """`peak-tune report`: report.html and its PNG files (peak_tune.report)."""
+    from peak_tune.report.data import read_study
+    from peak_tune.report.render import write_report
+
+    storage = open_storage(_storage(args))
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage, False)]
+    if not names:
+        raise UserError("no study in the storage")
+    if args.all:
+        chosen = names
+    elif args.study:
+        missing = [n for n in args.study if n not in names]
+        if missing:
+            raise UserError(f"no study {missing[0]!r} (studies: {', '.join(names)})")
+        chosen = list(args.study)
+    else:
+        chosen = [_load_study(argparse.Namespace(**{**vars(args), "study": None})).study_name]
+    cache = Path(args.results) / "cache"
+    studies = [read_study(storage, name, cache, tuple(args.catalog)) for name in chosen]
+    page = write_report(studies, Path(args.output or Path(args.results) / "report"))
+    print(f"wrote {page} ({len(studies)} {'study' if len(studies) == 1 else 'studies'})")
+    return 0
 
 
 def llm(args: argparse.Namespace) -> int:

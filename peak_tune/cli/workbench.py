@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from peak_tune.backends.base import EvalConfig
+from peak_tune.core import size_of
 from peak_tune.errors import ApplyError, UserError
 from peak_tune.workbench.steps import ApplyRequest, Target, Workbench, WorkbenchConfig
 
@@ -208,7 +209,13 @@ def _compare(bench: Workbench, args: argparse.Namespace) -> int:
     checkpoints = [bench.store.get(n) for n in args.names]  # every name checked first
     rows = []
     for c in checkpoints:
-        size = "x".join(str(v) for v in args.size.values()) if args.size else c.size_label
+        size = c.size_label
+        if args.size:
+            symbols = bench.catalog.spec(c.kernel).size_symbols
+            try:
+                size = "x".join(str(v) for v in size_of(args.size, symbols).values())
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
         key = timing_key(args.device or c.device, args.dtype or c.dtype, size)
         if args.measure and c.timing(key) is None:
             measured, _ = bench.evaluate(c.name, Target(dtype=args.dtype, size=args.size,

@@ -209,6 +209,11 @@ class Pipeline:
                 self.cache.counters.compiles += 1
         return artifact
 
+    def pinned(self, artifact: Artifact) -> Artifact:
+        """`artifact` under a name outside the cache, safe from the cache being cleared
+        until it has run (evaluation.build_pins)."""
+        return self._pins.pin(artifact)
+
     def cached(self, context: KernelContext, params: Mapping[str, int],
                size: ProblemSize) -> Outcome | None:
         """The outcome without running anything: invalid, or from the cache; else None."""

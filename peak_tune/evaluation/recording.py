@@ -60,7 +60,7 @@ def record_space(session: TuneSession, ids: Sequence[str], output: Path) -> int:
                     "flops": m.flops if m else None,
                 })
     vendor = {label: {"name": name, "samples_ms": list(m.samples_ms), "flops": m.flops}
-              for label, (name, m) in session.vendor.items()}
+              for label, (name, m) in session.vendors.chosen.items()}
     output.write_text(json.dumps({
         "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "backend": session.backend.name,

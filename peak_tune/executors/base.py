@@ -29,6 +29,7 @@ class JobTimes:
     waited_s: float
     busy_s: float
     compiled: bool = False
+    trial: int = -1  # the job's EvalJob.trial
 
 
 def busy_by_worker(times: list[JobTimes], workers: tuple[str, ...] = ()) -> dict[str, float]:
@@ -53,6 +54,7 @@ class EvalJob:
     sizes: tuple[ProblemSize, ...]
     slow_cutoff_ms: tuple[float, ...]
     build_limit_s: float = 0.0
+    trial: int = -1  # the study's trial it evaluates (-1: none), named in its JobTimes
 
 
 class Executor(Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from peak_tune.backends.base import Artifact
 from peak_tune.core import Outcome
@@ -72,6 +72,18 @@ class LocalExecutor:
             times.built = time.perf_counter()
             times.build_s = times.built - started
 
+    def _build_here(self, job: EvalJob, times: _Clock) -> Future[Artifact]:
+        """The build of a job with one build worker, as a finished future (the timing
+        that follows takes its result or its error, as from the build pool). No build
+        budget here: a host backend's builds never overlap its timings, so a slow one
+        holds up nothing but itself."""
+        built: Future[Artifact] = Future()
+        try:
+            built.set_result(self._compile(replace(job, build_limit_s=0.0), times))
+        except BaseException as exc:  # raised again where the timing takes it
+            built.set_exception(exc)
+        return built
+
     def _to_timer(self, job: EvalJob, build: Future[Artifact] | None,
                   result: Future[list[Outcome]], times: _Clock) -> None:
         with self._lock:  # not after close() has shut the timer down
@@ -84,20 +96,27 @@ class LocalExecutor:
              result: Future[list[Outcome]], times: _Clock) -> None:
         if not result.set_running_or_notify_cancel():
             return  # the trial was stopped while it waited
+        if build is None and self._builds is None and any(
+                self.pipeline.must_run(job.context, job.params, size) for size in job.sizes):
+            build = self._build_here(job, times)  # on this thread, timed apart
         started = time.perf_counter()
+        outcomes: list[Outcome] = []
+        failure: BaseException | None = None
         try:
             outcomes = [self.pipeline.evaluate(job.context, job.params, size, cutoff,
                                                artifact=build)
                         for size, cutoff in zip(job.sizes, job.slow_cutoff_ms, strict=True)]
         except BaseException as exc:
-            result.set_exception(exc)
+            failure = exc
+        ended = time.perf_counter()  # the times are in before the result is
+        self.job_times.append(JobTimes(
+            "local", ended - times.submitted, times.build_s,
+            started - (times.built or times.submitted), ended - started, times.compiled,
+            job.trial))
+        if failure is not None:
+            result.set_exception(failure)
         else:
             result.set_result(outcomes)
-        finally:
-            ended = time.perf_counter()
-            self.job_times.append(JobTimes(
-                "local", ended - times.submitted, times.build_s,
-                started - (times.built or times.submitted), ended - started, times.compiled))
 
     def close(self) -> None:
         if self._builds is not None:  # builds still running hand their jobs over first

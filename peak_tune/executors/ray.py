@@ -328,7 +328,7 @@ class RayExecutor:
             self.evaluations[reply.worker] = self.evaluations.get(reply.worker, 0) + 1
             self.job_times.append(JobTimes(reply.worker, time.perf_counter() - pending.sent_at,
                                            reply.build_s, reply.waited_s, reply.busy_s,
-                                           reply.compiled))
+                                           reply.compiled, pending.job.trial))
             if reply.compiled:
                 with self.pipeline.counter_lock:
                     self.pipeline.cache.counters.compiles += 1

@@ -14,7 +14,8 @@ own clock as well. So:
 - the verdict never travels through the worker: a forged reply can at most lie about the
   time, and that lie is bounded by the judge's own clock: if the median reported time is
   below `CONFIRMED` x (the median the judge saw, each run's round trip less the job's
-  reply floor, taken before the kernel was loaded, less `CONFIRM_SLACK_MS`), the judge's times replace the reported ones;
+  reply floor, taken before the kernel was loaded, less `CONFIRM_SLACK_MS`), the
+  judge's times replace the reported ones;
   and no speed above the device's peak passes (the backend's check);
 - after every reply, and at the end of the job, the processes the kernel started are
   looked for under the worker (isolation): one found fails the evaluation, and the

@@ -1,19 +1,30 @@
-"""Progress while tuning, and the summary at the end (text and JSON)."""
+"""Progress while tuning (an Observer of the session), and the summary at the end (text
+and JSON)."""
 
 from __future__ import annotations
 
 import sys
-import time
 from collections import Counter
 from typing import Any
 
 import optuna
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from peak_tune.backends.base import OVER_BUDGET
 from peak_tune.core import Status
-from peak_tune.session.tune import CONFIRM_ROUNDS, TrialRecord, TuneSession
+from peak_tune.session.confirmation import CONFIRM_ROUNDS
+from peak_tune.session.events import Event, NewBest, RunEnded, TrialFinished
+from peak_tune.session.tune import TuneSession
 
 __all__ = ["ProgressView", "summary", "print_summary"]
 
@@ -31,29 +42,84 @@ _LABEL_BY_VALUE = {status.value: label for status, label in _STATUS_LABELS.items
 
 
 class ProgressView:
-    """One line per trial on stderr: trials done, best so far, percent of the vendor."""
+    """What a person watches while a study runs (an Observer, session.events): at a
+    terminal a live display of trials done of the target, the best so far, its share of
+    the vendor and of the documented peak, trials per second and the time left, with a
+    line for each new best; elsewhere (a pipe, a log, --json) one plain line per trial
+    on stderr."""
 
-    def __init__(self, session: TuneSession, total: int) -> None:
-        self.session = session
+    def __init__(self, total: int, live: bool = False, console: Console | None = None) -> None:
         self.total = total
         self.done = 0
-        self.console = Console(stderr=True, highlight=False)
-        self.started = time.perf_counter()
+        self.console = console or Console(stderr=True, highlight=False)
+        self.live = live
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
 
-    def __call__(self, record: TrialRecord) -> None:
-        self.done += 1
-        best = self.session.best_gflops()
-        against, gflops = self.session.denominator()
-        share = f" = {100 * best / gflops:5.1f}% of {against}" if gflops else ""
-        what = (f"{record.gflops:8.2f} GFLOP/s" if record.status is Status.OK
-                else _STATUS_LABELS[record.status])
-        cached = " (cached)" if record.cached else ""
-        steps = " > ".join(record.sequence) or "seed"
-        self.console.print(
-            f"[{self.done:>4}/{self.total}] trial {record.number:<4} {what:<18}{cached:<9} "
-            f"best {best:8.2f} GFLOP/s{share}  | {steps}",
-            soft_wrap=True,
-        )
+    def notify(self, event: Event) -> None:
+        if isinstance(event, TrialFinished):
+            self.done += 1
+            if self.live:
+                self._advance(event)
+            else:
+                self.console.print(_trial_line(self.done, self.total, event), soft_wrap=True,
+                                   highlight=False)
+        elif isinstance(event, NewBest) and self.live:
+            record = event.record
+            self._print(f"new best: trial {record.number}, {record.gflops:.2f} GFLOP/s | "
+                        f"{' > '.join(record.sequence) or 'seed'}")
+        elif isinstance(event, RunEnded):
+            self.close()
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def _print(self, text: str) -> None:
+        console = self._progress.console if self._progress else self.console
+        console.print(text, soft_wrap=True, highlight=False)
+
+    def _advance(self, event: TrialFinished) -> None:
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("{task.description}"), BarColumn(),
+                MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                TextColumn("{task.fields[best]}"),
+                console=self.console, transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task("trials", total=self.total,
+                                                 rate="", best="")
+        assert self._task is not None
+        task = self._progress.tasks[0]
+        speed = (self.done / task.elapsed) if task.elapsed else 0.0
+        self._progress.update(self._task, completed=self.done, rate=f"{speed:.2f}/s",
+                              best=_best_text(event))
+
+
+def _best_text(event: TrialFinished) -> str:
+    """"best 12.3 GFLOP/s = 81.0% of vendor, 2.5% of peak"."""
+    shares = []
+    if event.denominator:
+        shares.append(f"{100 * event.best_gflops / event.denominator:.1f}% of "
+                      f"{event.against}")
+    if event.peak_gflops and event.against != "peak":
+        shares.append(f"{100 * event.best_gflops / event.peak_gflops:.1f}% of peak")
+    return f"best {event.best_gflops:.2f} GFLOP/s" + (f" = {', '.join(shares)}"
+                                                      if shares else "")
+
+
+def _trial_line(done: int, total: int, event: TrialFinished) -> str:
+    record = event.record
+    share = (f" = {100 * event.best_gflops / event.denominator:5.1f}% of {event.against}"
+             if event.denominator else "")
+    what = (f"{record.gflops:8.2f} GFLOP/s" if record.status is Status.OK
+            else _STATUS_LABELS[record.status])
+    cached = " (cached)" if record.cached else ""
+    steps = " > ".join(record.sequence) or "seed"
+    return (f"[{done:>4}/{total}] trial {record.number:<4} {what:<18}{cached:<9} "
+            f"best {event.best_gflops:8.2f} GFLOP/s{share}  | {steps}")
 
 
 def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str], Counter[str]]:
@@ -75,15 +141,15 @@ def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str], Counter[st
 
 def _vendor(session: TuneSession) -> dict[str, Any]:
     """The vendor's figure and how stable it was, per size (harness.vendor)."""
-    figures = session.vendor_figures
+    figures = session.vendors.figures
     names = [f.name for f in figures.values()]
     by_size = {label: f.stability(since=session.started_at) for label, f in figures.items()}
     return {
         "name": names[0] if names else "",
-        "library": session.vendor_library,  # False: the device has none (see "peak")
-        "why_none": session.no_vendor_because,
-        "gflops": session.vendor_gflops(),
-        "gflops_by_size": {k: m.gflops for k, (_, m) in session.vendor.items()},
+        "library": session.vendors.library,  # False: the device has none (see "peak")
+        "why_none": session.vendors.no_library_because,
+        "gflops": session.vendors.gflops(),
+        "gflops_by_size": {k: m.gflops for k, (_, m) in session.vendors.chosen.items()},
         "timings": sum(s["timings"] for s in by_size.values()),
         "timings_this_run": sum(s["this_run"] for s in by_size.values()),
         "noisy": any(s["noisy"] for s in by_size.values()),
@@ -123,7 +189,7 @@ def _confirmation(session: TuneSession) -> dict[str, Any]:
 def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
     """The machine-readable summary (the `--json` line). The best and the ratio are the
     end-of-run re-timing's where there is one (the search's best is `search_gflops`)."""
-    best = session.best_trial()
+    best = session.searcher.best_trial()
     states, outcomes, notes = _counts(session.study)
     vendor = _vendor(session)
     search_gflops = best.values[0] if best else 0.0
@@ -131,10 +197,10 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
     timed = confirmed["status"] in ("confirmed", "noisy")
     best_gflops = confirmed["kernel_gflops"] if timed else search_gflops
     # the vendor's figure (with the timings taken beside the re-timing), else the peak
-    against, denominator = session.denominator()
-    ratio = (None if confirmed["status"] == "failed" or not denominator
+    against, denominator = session.vendors.denominator()
+    ratio = (None if confirmed["status"] == "failed" or not denominator or best is None
              else best_gflops / denominator)
-    peak = session.peak_gflops()
+    peak = session.vendors.peak_gflops()
     noisy = vendor["noisy"] or (confirmed["status"] == "noisy" if timed
                                 else bool(best and best.user_attrs.get("noisy")))
     counters = session.cache.counters
@@ -159,14 +225,14 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
         },
         "vendor": vendor,
         # the device profile's documented peak, and the best's share of it
-        "peak": {"gflops": peak, "ratio": best_gflops / peak if peak else None},
+        "peak": {"gflops": peak, "ratio": best_gflops / peak if peak and best else None},
         "confirmation": confirmed,
         # best over the vendor's figure, or over the documented peak where the device has
         # no vendor library (ratio_to says which); None when the best failed its
         # re-validation or there is neither
         "ratio": ratio,
         "ratio_to": against or None,
-        "search_ratio": search_gflops / denominator if denominator else None,
+        "search_ratio": search_gflops / denominator if denominator and best else None,
         # the ratio rests on a noisy timing: the vendor's, or the re-timing's (else the
         # best trial's)
         "ratio_noisy": noisy,
@@ -256,7 +322,7 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
 def _best_line(best: dict[str, Any], confirmation: dict[str, Any]) -> str:
     status = confirmation["status"]
     if best["trial"] is None:
-        return f"{best['gflops']:.2f} GFLOP/s (no finished trial)"
+        return "- (no finished trial)"
     if status in ("confirmed", "noisy"):
         return (f"{best['gflops']:.2f} GFLOP/s (trial {best['trial']}, the end-of-run "
                 f"re-timing{', noisy' if status == 'noisy' else ''}; the search timed "
@@ -289,7 +355,7 @@ def _ratio_line(data: dict[str, Any]) -> str:
     ratio, status = data["ratio"], data["confirmation"]["status"]
     if ratio is None:
         return ("- (the best trial failed its re-validation)" if status == "failed"
-                else "-")
+                else "- (no finished trial)" if data["best"]["trial"] is None else "-")
     against = "vendor" if data.get("ratio_to", "vendor") == "vendor" else "documented peak"
     if status in ("confirmed", "noisy"):
         noisy = ", noisy" if data.get("ratio_noisy") else ""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from peak_tune import __version__
-from peak_tune.core import parse_size
+from peak_tune.core import check_size_text
 from peak_tune.errors import ApplyError, UserError
 from peak_tune.workbench.steps import ApplyRequest, Target, Workbench, WorkbenchConfig
 
@@ -138,7 +138,7 @@ def _target(arguments: Mapping[str, Any]) -> Target:
     size = None
     if "size" in arguments:
         try:
-            size = parse_size(arguments["size"])
+            size = check_size_text(str(arguments["size"]))
         except ValueError as exc:
             raise UserError(str(exc)) from exc
     return Target(dtype=arguments.get("dtype"), size=size)

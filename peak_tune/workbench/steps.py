@@ -23,7 +23,15 @@ from peak_tune.backends import BACKENDS, make_backend
 from peak_tune.backends.base import Backend, EvalConfig
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Transformation
-from peak_tune.core import KernelContext, KernelSpec, Measurement, Outcome, ProblemSize, Status
+from peak_tune.core import (
+    KernelContext,
+    KernelSpec,
+    Measurement,
+    Outcome,
+    ProblemSize,
+    Status,
+    size_of,
+)
 from peak_tune.errors import ApplyError, InvalidPoint, UserError
 from peak_tune.evaluation.cache import Cache
 from peak_tune.evaluation.pipeline import Pipeline, PipelineSetup, check_sequence, seed_context
@@ -52,7 +60,7 @@ class Target:
     backend: str | None = None
     device: str | None = None
     dtype: str | None = None
-    size: Mapping[str, int] | None = None
+    size: Mapping[str, int] | str | None = None  # a size's text: see core.size_of
 
     def over(self, base: Target) -> Target:
         """This target's fields, with `base`'s where this one has none."""
@@ -432,9 +440,14 @@ def _default_device(backend: str | None) -> str:
     raise UserError(f"--backend {backend} needs --device (see `peak-tune devices`)")
 
 
-def _size(spec: KernelSpec, given: Mapping[str, int] | None) -> ProblemSize:
+def _size(spec: KernelSpec, given: Mapping[str, int] | str | None) -> ProblemSize:
     if not given:
         return spec.default_size
+    if isinstance(given, str):
+        try:
+            return ProblemSize.of(size_of(given, spec.size_symbols))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     if set(given) != set(spec.size_symbols):
         raise UserError(f"size {dict(given)} does not name {', '.join(spec.size_symbols)}")
     return ProblemSize.of({s: int(given[s]) for s in spec.size_symbols})

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from peak_tune import __version__
+from peak_tune.backends import element_macros
 from peak_tune.core import KernelContext
 from peak_tune.serialize import kernel_header
 from peak_tune.workbench.checkpoints import SEED, Checkpoint, Timing
@@ -189,4 +190,5 @@ def kernel_file(checkpoint: Checkpoint, context: KernelContext) -> str:
         f"sequence: {' > '.join(context.applied) or '(seed)'}",
         f"measured {checkpoint.key}: {timing_text(timing)}",
     ]
-    return kernel_header(lines, context, checkpoint.params) + "\n" + context.source
+    element = element_macros(checkpoint.backend, checkpoint.dtype)
+    return kernel_header(lines, context, {**element, **checkpoint.params}) + "\n" + context.source

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SIZE = "128"
 TIMEOUT_S = 30  # per evaluation (--timeout)
 REJECTED = ("wrong result", "crash", "timeout")
-_CLI = ("-c", "import sys; from peak_tune.cli.main import main; sys.exit(main())")
+_CLI = ("-c", "import sys; from peak_tune.cli import main; sys.exit(main())")
 
 
 @dataclass(frozen=True)

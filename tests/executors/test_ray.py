@@ -23,7 +23,8 @@ from peak_tune.core import Outcome, ProblemSize, Status
 from peak_tune.evaluation.pipeline import PipelineSetup, seed_context
 from peak_tune.executors.base import EvalJob
 from peak_tune.executors.ray import NAMESPACE, RayExecutor, RaySettings, build_variant
-from peak_tune.session.tune import TuneConfig, TuneSession, open_session
+from peak_tune.session.config import TuneConfig
+from peak_tune.session.tune import TuneSession, open_session
 from tests.nvrtc import needs_nvrtc
 
 ray = pytest.importorskip("ray")

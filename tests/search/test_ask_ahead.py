@@ -15,7 +15,8 @@ from optuna.trial import TrialState
 
 from peak_tune.search.ask_ahead import AskAhead
 from peak_tune.search.focus import FixedFirst
-from peak_tune.session import tune
+from peak_tune.session import parts, tune
+from peak_tune.session.config import TuneConfig
 from tests.instant_backend import InstantCudaBackend
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -160,8 +161,8 @@ def test_fixed_values_are_never_drawn_again_by_the_driver():
 
 
 def instant_session(tmp_path: Path, **config: Any) -> tune.TuneSession:
-    tune.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
-    return tune.open_session(tune.TuneConfig(**{
+    parts.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
+    return tune.open_session(TuneConfig(**{
         "backend": "cuda", "device": "h200", "dtype": "float32",
         "sizes": ({"M": 256, "N": 256, "K": 256},), "results": tmp_path,
         "executor": "local", "seed": 0, "compile_workers": 4, "ask_ahead": 2, **config}))
@@ -169,9 +170,9 @@ def instant_session(tmp_path: Path, **config: Any) -> tune.TuneSession:
 
 @pytest.fixture
 def restore_backend():
-    original = tune.make_backend
+    original = parts.make_backend
     yield
-    tune.make_backend = original
+    parts.make_backend = original
 
 
 def test_a_gpu_study_draws_ahead_and_the_process_sees_all_it_finished(

@@ -13,7 +13,8 @@ from peak_tune.catalog.types import Transformation
 from peak_tune.evaluation.pipeline import check_sequence, seed_context
 from peak_tune.expr import evaluate_bool
 from peak_tune.search.space import SubsetEncoding, branch_sequences, branch_trial_params
-from peak_tune.session.tune import TuneConfig, open_session
+from peak_tune.session.config import TuneConfig
+from peak_tune.session.tune import open_session
 
 ROOT = Path(__file__).parents[2]
 

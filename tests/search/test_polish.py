@@ -12,7 +12,8 @@ import pytest
 from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.expr import evaluate_bool
 from peak_tune.search.polish import Polisher, nearest_valid, neighbours
-from peak_tune.session.tune import TuneConfig, open_session
+from peak_tune.session.config import TuneConfig
+from peak_tune.session.tune import open_session
 from tests.instant_backend import InstantCudaBackend
 
 VALUES = (1, 2, 4, 8)
@@ -136,7 +137,7 @@ def test_polish_0_turns_it_off_and_a_bad_share_is_one_line(tmp_path: Path):
 def test_cuda_trials_pruned_by_their_constraints_are_followed_by_their_repair(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The real CUDA catalog, reference applier and TPE; the GPU answers at once."""
-    monkeypatch.setattr("peak_tune.session.tune.make_backend",
+    monkeypatch.setattr("peak_tune.session.parts.make_backend",
                         lambda name, device: InstantCudaBackend(device))
     session = open_session(TuneConfig(backend="cuda", device="h200", dtype="float16",
                                       sizes=({"M": 4096, "N": 4096, "K": 4096},),

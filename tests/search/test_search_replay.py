@@ -15,7 +15,8 @@ import optuna
 import pytest
 
 from peak_tune.core import Status
-from peak_tune.session.tune import TuneConfig, TuneSession, open_session
+from peak_tune.session.config import TuneConfig
+from peak_tune.session.tune import TuneSession, open_session
 
 RECORDING = Path(__file__).parents[1] / "fixtures" / "replay" / "matmul-c-small.json"
 SPACE = ("loop-interchange", "unroll-k", "openmp-parallel", "restrict-align")
@@ -52,20 +53,20 @@ def test_same_seed_repeats_the_search_exactly(tmp_path):
     other = run(tmp_path / "c", 30, seed=4)
     assert points(first) == points(second)
     assert points(first) != points(other)
-    assert first.best_gflops() == second.best_gflops()
+    assert first.searcher.best_gflops() == second.searcher.best_gflops()
 
 
 def test_first_trial_is_the_seed_and_search_beats_it(tmp_path):
     s = run(tmp_path, 40, seed=1)
     seed_trial = s.study.trials[0]
     assert seed_trial.user_attrs["sequence"] == []
-    assert s.best_gflops() > 3 * seed_trial.values[0]
+    assert s.searcher.best_gflops() > 3 * seed_trial.values[0]
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "random", "cmaes", "nsga2"])
 def test_every_sampler_finds_most_of_the_recorded_best(tmp_path, sampler):
     s = run(tmp_path, 40, seed=2, sampler=sampler)
-    assert s.best_gflops() >= 0.8 * recorded_best()
+    assert s.searcher.best_gflops() >= 0.8 * recorded_best()
     if sampler == "nsga2":  # speed up, sequence length down
         assert len(s.study.directions) == 2
         assert all(len(t.values) == 2 for t in s.study.best_trials)

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from peak_tune.appliers import default_applier
 from peak_tune.backends.base import (
@@ -27,7 +27,7 @@ from peak_tune.backends.base import (
     BUILD_BUDGET_FLOOR_S,
     EvalConfig,
 )
-from peak_tune.core import parse_size
+from peak_tune.core import check_size_text
 from peak_tune.errors import (
     OUT_OF_MEMORY,
     BudgetReached,
@@ -42,17 +42,19 @@ from peak_tune.search.samplers import SAMPLERS
 from peak_tune.search.space import ENCODINGS
 
 if TYPE_CHECKING:
-    from peak_tune.session.tune import TuneConfig, TuneSession
+    from peak_tune.session.config import TuneConfig
+    from peak_tune.session.tune import TuneSession
 
 __all__ = ["main"]
 
 _COMMANDS = ("tune", "show", "export", "transforms", "devices", "cache", "dashboard", "llm",
-             "stats", "apply", "checkpoint", "mcp", "batch", "dry-run")
+             "stats", "apply", "checkpoint", "mcp", "batch", "dry-run", "report")
 
 
-def _size(text: str) -> dict[str, int]:
+def _size(text: str) -> str:
+    """A size's text, checked for its form here; its names against the kernel's later."""
     try:
-        return parse_size(text)
+        return check_size_text(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -67,12 +69,15 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser,
+            study_help: str | None = "study to resume or create (default: a new one per run)"
+            ) -> None:
     parser.add_argument("--results", default="results", metavar="DIR",
                         help="folder for the study database and the cache (default: results)")
     parser.add_argument("--catalog", action="append", default=[], metavar="DIR",
                         help="extra catalog folder (transforms/, seeds/, devices/); repeatable")
-    parser.add_argument("--study", help="study to resume or create (default: a new one per run)")
+    if study_help is not None:
+        parser.add_argument("--study", help=study_help)
     parser.add_argument("--storage", help="Optuna storage URL (default: SQLite in --results)")
 
 
@@ -84,7 +89,7 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", help="c (default without a GPU)")
     p.add_argument("--device", help="device profile (see `peak-tune devices`); default cpu")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--size", action="append", type=_size, default=[], metavar="N|MxNxK",
+    p.add_argument("--size", action="append", type=_size, default=[], metavar="SIZE",
                    help="problem size; repeatable (default: the kernel's default size)")
     p.add_argument("--applier", choices=("reference", "llm"),
                    help="reference (offline) or llm (an OpenAI-compatible endpoint); default "
@@ -204,8 +209,15 @@ def _batch_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-v", "--verbose", action="store_true")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A mistaken argument is one line naming it, not the usage before it (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="peak-tune",
         description="Tune kernels by searching sequences of natural-language transformations.",
     )
@@ -214,7 +226,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (("show", "the best variant: source, sequence, parameters, lineage"),
                        ("export", "write the best kernel to a file with a provenance header")):
         p = sub.add_parser(name, help=text)
-        _common(p)
+        _common(p, "the study to read (default: the one started last in the storage)")
         if name == "export":
             p.add_argument("-o", "--output", help="file to write (default: stdout)")
     p = sub.add_parser("transforms", help="list or show natural transformations")
@@ -248,8 +260,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--study", help="only the calls of this study")
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     _batch_parser(sub)
+    p = sub.add_parser("report", help="an HTML page and PNG files of studies: the best so "
+                                      "far, outcomes per transformation, the best sequence "
+                                      "step by step, where the time went")
+    _common(p, None)
+    p.add_argument("--study", action="append", default=[], metavar="NAME",
+                   help="a study to show; repeatable (default: the one started last)")
+    p.add_argument("--all", action="store_true", help="every study of the storage")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="folder for report.html and the PNG files (default: <results>/report)")
     p = sub.add_parser("dashboard", help="open optuna-dashboard on the results' storage")
-    _common(p)
+    _common(p, None)  # the dashboard shows every study of the storage
     p.add_argument("--port", type=int, default=8080)
     from peak_tune.cli.workbench import add_parsers
 
@@ -262,7 +283,7 @@ def _text(value: object) -> str | None:
 
 
 def _tune_config(args: argparse.Namespace) -> TuneConfig:
-    from peak_tune.session.tune import TuneConfig
+    from peak_tune.session.config import TuneConfig
 
     if args.trials < 0:
         raise UserError("--trials must be zero or more")
@@ -320,11 +341,12 @@ def _tune(args: argparse.Namespace) -> int:
     stop = _StopRequest()
     interrupted, budget = False, ""
     budget_left = getattr(session.applier, "budget_left", lambda: True)
-    progress = ProgressView(session, args.trials)
+    progress = ProgressView(args.trials, live=sys.stderr.isatty() and not args.json)
+    session.subscribe(progress)
     try:
         with stop.on_ctrl_c():
             _measure_vendor(session, args.timeout)
-            session.run(args.trials, progress, lambda: stop.requested() or not budget_left())
+            session.run(args.trials, should_stop=lambda: stop.requested() or not budget_left())
             if args.sanitize and not stop.requested():
                 for line in session.sanitize_best():
                     print(f"peak-tune: sanitizer: {line}", file=sys.stderr)
@@ -339,6 +361,7 @@ def _tune(args: argparse.Namespace) -> int:
     except BudgetReached as exc:
         budget = str(exc)
     finally:
+        progress.close()
         session.close()
     data = summary(session, time.perf_counter() - started)
     if interrupted:

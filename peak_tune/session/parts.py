@@ -1,0 +1,148 @@
+"""The parts of a tuning run made from its configuration: the backend (here, on a Ray
+cluster, or a replay), the applier wired to it, the executor, the sequence encoding,
+and the LLM spend a resumed study already holds."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from peak_tune.appliers.base import Applier
+from peak_tune.appliers.wiring import AppliedWith, wired_applier
+from peak_tune.backends import make_backend
+from peak_tune.backends.base import Backend
+from peak_tune.catalog.types import DeviceProfile, Transformation
+from peak_tune.core import KernelSpec
+from peak_tune.errors import UserError
+from peak_tune.evaluation.cache import Cache
+from peak_tune.evaluation.pipeline import Pipeline
+from peak_tune.executors import Executor, LocalExecutor, choose_executor
+from peak_tune.search.space import (
+    FixedEncoding,
+    SequenceEncoding,
+    StepsEncoding,
+    SubsetEncoding,
+)
+from peak_tune.session.config import BUDGET_SCOPES, TuneConfig
+
+if TYPE_CHECKING:
+    from peak_tune.executors.ray import RaySettings
+
+__all__ = ["apply_workers", "backend_for", "compile_workers", "count_earlier_spend",
+           "encoding_for", "executor_for", "wired_applier_for"]
+
+
+def compile_workers(config: TuneConfig, on_host: bool) -> int:
+    """Builds at once: 1 for a backend that runs on the host (a compiler beside a CPU
+    timing would disturb it), else one per host core."""
+    if config.compile_workers > 0:
+        return config.compile_workers
+    return 1 if on_host else max(1, os.cpu_count() or 1)
+
+
+def apply_workers(config: TuneConfig, applier: Applier) -> int:
+    """Applications at once: one for the reference applier (fast, and a seeded run
+    stays repeatable), several for the LLM one (each call waits on the network)."""
+    if config.apply_workers > 0:
+        return config.apply_workers
+    llm_config = getattr(applier, "config", None)  # the LLM client's request cap
+    return int(getattr(llm_config, "concurrency", 1)) if config.applier == "llm" else 1
+
+
+def _ray_settings(config: TuneConfig, builds: int) -> RaySettings:
+    from peak_tune.executors.ray import RaySettings
+
+    return RaySettings(address=config.ray_address, workers=config.ray_workers,
+                       builds_per_worker=max(1, builds // 2))
+
+
+def backend_for(config: TuneConfig, device: DeviceProfile, name: str, builds: int) -> Backend:
+    """The backend here; with a Ray address, the cluster's (ClusterBackend: the device
+    is probed and the vendor timed there, none is needed here); a replay's."""
+    if config.replay is None and config.ray_address and \
+            choose_executor(config.executor, config.ray_address, name) == "ray":
+        from peak_tune.executors.cluster_backend import ClusterBackend
+
+        return ClusterBackend(name, device, _ray_settings(config, builds))
+    if config.replay is None:
+        return make_backend(name, device)
+    from peak_tune.backends.replay import ReplayBackend
+
+    return ReplayBackend(device, config.replay)
+
+
+def executor_for(config: TuneConfig, pipeline: Pipeline, backend_name: str,
+                 builds: int) -> Executor:
+    choice = choose_executor(config.executor, config.ray_address, backend_name)
+    if choice == "local":
+        return LocalExecutor(pipeline, builds)
+    if config.replay is not None:
+        raise UserError("--replay answers from a recording: use --executor local")
+    from peak_tune.executors.ray import RayExecutor
+
+    return RayExecutor(_ray_settings(config, builds), pipeline, backend_name)
+
+
+def wired_applier_for(config: TuneConfig, backend: Backend, spec: KernelSpec,
+                      cache: Cache) -> Applier:
+    """The reference applier, or the LLM one wired to this backend's compiler and
+    validation so that compile errors and wrong results go back to the model."""
+    if config.samples < 1:
+        raise UserError("--samples must be 1 or more")
+    if config.applier != "llm" and config.samples > 1:
+        raise UserError("--samples needs --applier llm (the reference applier is "
+                        "deterministic: every sample would be the same)")
+    against = AppliedWith(backend, spec, config.dtype, cache, config.eval_config,
+                          run_kernels=config.replay is None)
+    return wired_applier(config.applier, config.model, config.llm_settings, against)
+
+
+def encoding_for(config: TuneConfig, transformations: Mapping[str, Transformation]
+                 ) -> SequenceEncoding:
+    if config.sequence:
+        return FixedEncoding(config.sequence, transformations)
+    if config.illegal not in ("repair", "prune"):
+        raise UserError(f"--illegal must be repair or prune, not {config.illegal!r}")
+    repair = config.illegal == "repair"
+    if config.encoding == "subset":
+        return SubsetEncoding(transformations, repair)
+    if config.encoding == "steps":
+        return StepsEncoding(transformations, repair, config.max_steps)
+    raise UserError(f"unknown encoding {config.encoding!r} (choose subset or steps)")
+
+
+def count_earlier_spend(config: TuneConfig, applier: Applier, cache_folder: Path) -> None:
+    """With budget_scope "study", the LLM budget also counts the calls the journal
+    holds for this study from earlier runs (only a study named with --study has any: a
+    new run's study is new)."""
+    scope = config.budget_scope
+    if scope not in BUDGET_SCOPES:
+        raise UserError(f"--budget-scope must be run or study, not {scope!r}")
+    count = getattr(applier, "count_earlier", None)
+    if scope == "run" or count is None:
+        return
+    from peak_tune.appliers.llm.client import Usage
+    from peak_tune.appliers.llm.prices import price_for
+    from peak_tune.appliers.llm.stats import read_records
+
+    name = config.study
+    if not name:
+        return
+    earlier = [r for r in read_records(cache_folder) if r.study == name]
+    prices = str(config.llm_settings.get("prices_file") or "")
+    cost, unpriced = 0.0, set()
+    for r in earlier:  # a call journaled without a price is priced by today's table
+        if r.cost_usd is not None:
+            cost += r.cost_usd
+        elif (price := price_for(r.model, prices)) is not None:
+            cost += price.cost_usd(r.prompt_tokens, r.completion_tokens)
+        else:
+            unpriced.add(r.model)
+    if unpriced and config.llm_settings.get("max_cost_usd"):
+        raise UserError(f"--max-cost with --budget-scope study: study {name!r} has earlier "
+                        f"calls without a price (model {', '.join(sorted(unpriced))}); "
+                        "give it with --llm-prices FILE, or count this run only")
+    count(Usage(len(earlier), sum(r.prompt_tokens for r in earlier),
+                sum(r.completion_tokens for r in earlier), cost))

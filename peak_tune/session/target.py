@@ -1,0 +1,152 @@
+"""What a run tunes, resolved and checked before anything starts: the kernel's spec, the
+device, the backend, the element type, the sizes and the transformations that apply."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from peak_tune.backends import BACKENDS
+from peak_tune.catalog.resolve import Catalog
+from peak_tune.catalog.types import DeviceProfile, Transformation
+from peak_tune.core import KernelSpec, ProblemSize, size_of
+from peak_tune.errors import InvalidPoint, UserError
+from peak_tune.evaluation.pipeline import check_sequence
+from peak_tune.expr import evaluate_int
+from peak_tune.session.config import TuneConfig
+
+__all__ = ["TuneTarget", "check_results_folder", "resolve_target"]
+
+_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+@dataclass(frozen=True)
+class TuneTarget:
+    spec: KernelSpec
+    device: DeviceProfile  # the catalog's profile (the backend's probe refines it)
+    backend: str
+    sizes: list[ProblemSize]
+    transformations: dict[str, Transformation]
+
+
+def resolve_target(config: TuneConfig) -> TuneTarget:
+    """The target of `config`; UserError naming the first thing that does not fit."""
+    catalog = Catalog.with_user_folders(config.catalogs)
+    spec = catalog.spec(config.kernel)
+    device = catalog.device(config.device or _default_device(catalog, config.backend))
+    backend = config.backend or device.backend
+    if backend not in BACKENDS:
+        known = ", ".join(sorted(BACKENDS))
+        if config.backend is None:  # the device profile names a backend not built yet
+            raise UserError(f"device {device.name!r} needs the {backend!r} "
+                            f"backend, which this version does not have ({known})")
+        raise UserError(f"unknown backend {backend!r} (available: {known})")
+    if config.dtype not in spec.dtypes:
+        raise UserError(f"dtype {config.dtype!r} is not offered by {spec.name} "
+                        f"(choose from {', '.join(spec.dtypes)})")
+    sizes = _sizes(config, spec.size_symbols, spec.default_size)
+    transformations = {t.id: t for t in catalog.transformations_for(
+        spec.name, backend, config.dtype, device.vendor)}
+    if backend not in spec.sources:
+        raise UserError(f"kernel {spec.name!r} has no seed for backend {backend!r}")
+    every_type = {t.id for t in catalog.transformations_for(spec.name, backend)}
+    for tid in config.sequence + config.only:
+        wanted = catalog.transformations.get(tid)
+        if tid in every_type and wanted is not None and wanted.vendors and \
+                device.vendor not in wanted.vendors:
+            raise UserError(f"transformation {tid!r} is for {', '.join(wanted.vendors)} "
+                            f"devices, not {device.name} ({device.vendor or 'no GPU'})")
+        if tid in every_type and tid not in transformations:
+            allowed = ", ".join(catalog.element_types(tid)) or "no element type"
+            raise UserError(f"transformation {tid!r} does not apply to {config.dtype} "
+                            f"(it is for {allowed})")
+        if tid not in transformations:
+            raise UserError(f"unknown transformation {tid!r} for {spec.name} on "
+                            f"{backend} (see `peak-tune transforms list`)")
+    if config.only:
+        transformations = {t: transformations[t] for t in config.only}
+    _check_fixed_sequence(config.sequence, transformations)
+    if config.replay is None:  # a replay allocates nothing
+        _check_host_memory(spec, sizes, config.dtype)
+    return TuneTarget(spec, device, backend, sizes, transformations)
+
+
+def check_results_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # A probe of its own: drivers started at once must not remove each other's.
+        handle, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UserError(f"results folder {str(folder)!r} is not writable: {exc.strerror}") from exc
+
+
+def _sizes(config: TuneConfig, symbols: tuple[str, ...], default: ProblemSize
+           ) -> list[ProblemSize]:
+    if not config.sizes:
+        return [default]
+    sizes = []
+    for given in config.sizes:
+        if isinstance(given, str):
+            try:
+                sizes.append(ProblemSize.of(size_of(given, symbols)))
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
+            continue
+        if set(given) != set(symbols):
+            raise UserError(f"size {given} does not name {', '.join(symbols)}")
+        sizes.append(ProblemSize.of({s: given[s] for s in symbols}))
+    return sizes
+
+
+def _check_fixed_sequence(sequence: tuple[str, ...],
+                          transformations: Mapping[str, Transformation]) -> None:
+    try:
+        check_sequence(sequence, transformations)
+    except InvalidPoint as exc:
+        raise UserError(f"--sequence {','.join(sequence)}: {exc}") from None
+
+
+def _check_host_memory(spec: KernelSpec, sizes: list[ProblemSize], dtype: str) -> None:
+    """A size whose buffers alone need more memory than this host has is refused before
+    anything starts (the harness holds them, and a float64 reference, in host memory)."""
+    have = _host_memory_bytes()
+    element = _ELEMENT_BYTES.get(dtype, 4)
+    buffers = [a for a in spec.args if a.kind == "buffer"]
+    for size in sizes:
+        values = size.as_dict()
+        need = sum(element * math.prod(evaluate_int(e, values) for e in a.shape)
+                   for a in buffers)
+        if have and need > have:
+            raise UserError(
+                f"size {size.label()} needs at least {need / 1e9:.1f} GB of host memory for "
+                f"its buffers ({', '.join(a.name for a in buffers)} in {dtype}), and this "
+                f"machine has {have / 1e9:.1f} GB: choose a smaller --size")
+
+
+def _host_memory_bytes() -> int:
+    """This machine's memory, or its container's limit if lower (0: unknown)."""
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        have = 0
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        limit = "max"
+    return min(have, int(limit)) if limit.isdigit() and have else have
+
+
+def _default_device(catalog: Catalog, backend: str | None) -> str:
+    """cpu without a backend or with c; otherwise the user must say which device."""
+    if backend in (None, "c"):
+        return "cpu"
+    choices = sorted(d.name for d in catalog.devices.values() if d.backend == backend)
+    if not choices:
+        return "cpu"  # the backend check that follows names the problem
+    raise UserError(f"--backend {backend} needs --device (one of {', '.join(choices)})")
