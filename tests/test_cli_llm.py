@@ -4,6 +4,7 @@ the protocol, the real C backend and study."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import socket
 from pathlib import Path
@@ -37,6 +38,12 @@ def test_llm_applier_tunes_and_a_repeat_makes_no_call(tmp_path: Path) -> None:
         assert data["best"]["sequence"] == ["loop-interchange"]
         assert data["trials"]["complete"] == 3
         assert chat_calls(server) == 1  # one application serves every tuning point
+        [asked] = server.chat_requests()
+        prompt = asked.body["messages"][-1]["content"]
+        # the model is told how its kernel is built and where it is checked
+        assert "## How the kernel is built and checked" in prompt
+        assert "-O3 -march=native -fopenmp" in prompt and "-DDTYPE=float" in prompt
+        assert "67x53x97, 257x293x331" in prompt and "A @ B" in prompt
         again = peak(*args, env=endpoint(server.url + "/v1"))
         assert again.returncode == 0, again.stderr
         assert chat_calls(server) == 1  # the repeat comes from the cache
@@ -67,6 +74,13 @@ def test_stats_report_success_per_transformation_and_position(tmp_path: Path) ->
     assert json.loads(rows["unroll-k"]["check_failures"]) == {"no_code": 2}  # both replies
     assert rows["unroll-k"]["repaired"] == rows["loop-interchange"]["repaired"] == "0"
     assert "no_code 2 (0)" in shown.stdout
+    # the report of the unroll-k study shows the same, for a person
+    if importlib.util.find_spec("matplotlib") is not None:
+        pictured = peak("report", "--results", str(tmp_path), "-o", str(tmp_path / "page"))
+        assert pictured.returncode == 0, pictured.stderr
+        page = (tmp_path / "page" / "report.html").read_text()
+        assert "<h3>LLM steps</h3>" in page
+        assert "<td>unroll-k</td><td>0</td><td>1</td><td>0</td><td>no_code 2</td>" in page
 
 
 def closed_port() -> int:

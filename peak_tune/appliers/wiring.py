@@ -46,7 +46,21 @@ def wired_applier(name: str, model: str | None, llm_settings: Mapping[str, Any],
     check = backend_compile_check(against.backend, against.dtype, builds)
     results = backend_result_check(against.backend, against.spec, against.dtype, builds,
                                    against.eval_config) if against.run_kernels else None
-    return LLMApplier(settings, compile_check=check, result_check=results)
+    return LLMApplier(settings, compile_check=check, result_check=results,
+                      size_symbols=against.spec.size_symbols,
+                      build_notes=build_notes(against.backend.name, against.spec,
+                                              against.dtype))
+
+
+def build_notes(backend: str, spec: KernelSpec, dtype: str) -> str:
+    """How a candidate is built and checked, for the model's prompt."""
+    from peak_tune.backends import build_description
+
+    checks = ", ".join(s.label() for s in spec.check_sizes) or "none"
+    return (f"Built with: {build_description(backend, dtype)}.\n"
+            f"Checked against a float64 numpy reference ({spec.reference}) at the sizes "
+            f"{checks} (multiples of no tile) and at every tuned size: every output "
+            f"element must be within the {dtype} tolerance, each run on fresh inputs.")
 
 
 @dataclass

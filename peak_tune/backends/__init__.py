@@ -8,7 +8,8 @@ from peak_tune.backends.base import Backend, Capabilities
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.errors import UserError
 
-__all__ = ["BACKENDS", "FOREIGN_DEVICES", "capabilities", "element_macros", "make_backend"]
+__all__ = ["BACKENDS", "FOREIGN_DEVICES", "build_description", "capabilities", "element_macros",
+           "make_backend"]
 
 # name -> "module:Class"; imported only when chosen (GPU stacks are heavy and optional).
 BACKENDS: dict[str, str] = {
@@ -49,6 +50,14 @@ def element_macros(name: str, dtype: str) -> dict[str, str]:
     values (the element type, the accumulator): an exported kernel sets them itself."""
     found: dict[str, str] = _backend_class(name).element_macros(dtype)  # type: ignore[attr-defined]
     return found
+
+
+def build_description(name: str, dtype: str) -> str:
+    """How backend `name` builds a variant of `dtype`, in one line for a person or a
+    model: its compiler and flags, then the macros it defines."""
+    command: str = _backend_class(name).build_command  # type: ignore[attr-defined]
+    macros = " ".join(f"-D{k}={v}" for k, v in element_macros(name, dtype).items())
+    return f"{command} {macros} -D<NAME>=<value> for each tuning parameter".replace("  ", " ")
 
 
 def make_backend(name: str, device: DeviceProfile) -> Backend:

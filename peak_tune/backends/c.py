@@ -92,6 +92,10 @@ class CBackend:
     name = "c"
     capabilities = Capabilities(on_host=True, host_code=True, launch_region=False)
 
+    # how a variant is built, for the LLM's prompt (the element type and the tuning
+    # values follow as -D macros)
+    build_command = "cc " + " ".join(FLAGS) + " -lm (the host's gcc or clang)"
+
     @staticmethod
     def element_macros(dtype: str) -> dict[str, str]:
         """What a build of `dtype` defines besides the tuning values (see export)."""

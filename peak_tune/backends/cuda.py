@@ -83,6 +83,8 @@ class CudaBackend:
     capabilities = Capabilities(on_host=False, host_code=False, launch_region=True,
                                 sanitizer=True, profiler=True, tensor_maps=True)
 
+    build_command = "NVRTC " + " ".join(FLAGS) + " -arch=sm_<the device's> (then cubin)"
+
     @staticmethod
     def element_macros(dtype: str) -> dict[str, str]:
         """What a build of `dtype` defines besides the tuning values (see export)."""

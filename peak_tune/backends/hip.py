@@ -116,6 +116,9 @@ class HipBackend:
     name = "hip"
     capabilities = Capabilities(on_host=False, host_code=False, launch_region=True)
 
+    build_command = ("clang -x hip --offload-arch=<the device's gfx> --cuda-device-only -O3 "
+                     "-std=c++17 (a code object)")
+
     @staticmethod
     def element_macros(dtype: str) -> dict[str, str]:
         """What a build of `dtype` defines besides the tuning values (see export)."""

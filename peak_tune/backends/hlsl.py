@@ -57,6 +57,9 @@ class HlslBackend:
     name = "hlsl"
     capabilities = Capabilities(on_host=False, host_code=False, launch_region=True)
 
+    build_command = ("DXC, else glslang (-D -V, HLSL to SPIR-V), or Slang for cooperative "
+                     "matrices: a Vulkan compute shader")
+
     @staticmethod
     def element_macros(dtype: str) -> dict[str, str]:
         """What a build of `dtype` defines besides the tuning values (see export)."""

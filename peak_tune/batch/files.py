@@ -35,9 +35,7 @@ from peak_tune.backends import BACKENDS, capabilities
 from peak_tune.backends.base import BUILD_BUDGET, EvalConfig
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.errors import UserError
-from peak_tune.search.samplers import SAMPLERS
-from peak_tune.search.space import ENCODINGS
-from peak_tune.session.config import TuneConfig
+from peak_tune.session.config import CHOICES, TuneConfig
 
 __all__ = ["BatchError", "BatchPlan", "BatchStudy", "load_batch"]
 
@@ -60,10 +58,7 @@ _MATRIX: dict[str, type | tuple[type, ...]] = {
 _STUDY_ONLY: dict[str, type | tuple[type, ...]] = {
     "name": str, "kernel": str, "device": str, "dtype": str, "sizes": list,
 }
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "applier": ("reference", "llm"), "sampler": SAMPLERS, "encoding": ENCODINGS,
-    "illegal": ("repair", "prune"),
-}
+_CHOICES = {k: CHOICES[k] for k in ("applier", "sampler", "encoding", "illegal")}
 _LEAST: dict[str, float] = {"trials": 0, "repeats": 1, "timeout": 0.001,
                             "compile_workers": 0, "repairs": 0, "max_tokens_total": 1,
                             "polish": 0, "build_budget": 0}

@@ -38,8 +38,7 @@ from peak_tune.errors import (
     environment_fault,
 )
 from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES
-from peak_tune.search.samplers import SAMPLERS
-from peak_tune.search.space import ENCODINGS
+from peak_tune.session.config import CHOICES
 
 if TYPE_CHECKING:
     from peak_tune.session.config import TuneConfig
@@ -91,14 +90,14 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--size", action="append", type=_size, default=[], metavar="SIZE",
                    help="problem size; repeatable (default: the kernel's default size)")
-    p.add_argument("--applier", choices=("reference", "llm"),
+    p.add_argument("--applier", choices=CHOICES["applier"],
                    help="reference (offline) or llm (an OpenAI-compatible endpoint); default "
                         "llm when OPENAI_MODEL and OPENAI_API_KEY are set, else reference")
     p.add_argument("--model", help="the LLM applier's model (default: OPENAI_MODEL)")
     p.add_argument("--temperature", type=float, help="LLM sampling temperature")
     _llm_options(p)
-    p.add_argument("--sampler", default="tpe", choices=SAMPLERS)
-    p.add_argument("--encoding", default="subset", choices=ENCODINGS,
+    p.add_argument("--sampler", default="tpe", choices=CHOICES["sampler"])
+    p.add_argument("--encoding", default="subset", choices=CHOICES["encoding"],
                    help="how a trial encodes a sequence (default subset)")
     p.add_argument("--warm-start", metavar="STUDY[,STUDY]",
                    help="a new study's first trials: the best of these studies (same storage, "
@@ -111,7 +110,7 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--polish", type=float, default=0.5, metavar="SHARE",
                    help="share of trials spent on neighbours of the best so far (one "
                         "tuning value moved a step); 0 turns it off (default 0.5)")
-    p.add_argument("--tell-order", default="auto", choices=("auto", "asked", "finished"),
+    p.add_argument("--tell-order", default="auto", choices=CHOICES["tell_order"],
                    help="tell Optuna trials in the order asked (a seeded run repeats "
                         "itself) or as they finish (no wait behind one slow build); "
                         "default auto: finished where builds run ahead of the timings "
@@ -122,7 +121,7 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         f"default: {ASK_AHEAD} where trials are told as they finish, "
                         f"the sampler is tpe and the machine has {ASK_AHEAD_MIN_CORES} "
                         "cores or more, else 0")
-    p.add_argument("--illegal", default="repair", choices=("repair", "prune"),
+    p.add_argument("--illegal", default="repair", choices=CHOICES["illegal"],
                    help="what to do with an illegal sequence pick (default repair)")
     p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")
     p.add_argument("--transforms", help="search only these transformations: ID,ID,...")
@@ -145,7 +144,7 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--apply-workers", type=int, default=0, metavar="N",
                    help="transformations applied at once (default: 1 for the reference "
                         "applier, --llm-concurrency for the LLM one)")
-    p.add_argument("--executor", default="auto", choices=("auto", "local", "ray"),
+    p.add_argument("--executor", default="auto", choices=CHOICES["executor"],
                    help="where evaluations run: local (this process) or ray (one worker per "
                         "device, on this machine or a cluster); auto picks ray with more than "
                         "one GPU or with --ray-address")
@@ -177,7 +176,7 @@ def _llm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cost", type=float, metavar="USD",
                    help="stop the run (exit 3) once the LLM calls cost this many dollars "
                         "(the model needs a price)")
-    p.add_argument("--budget-scope", choices=("run", "study"), default="run",
+    p.add_argument("--budget-scope", choices=CHOICES["budget_scope"], default="run",
                    help="what the budgets count: this run's calls (default), or the "
                         "study's in every run so far (from the journal in the cache)")
     p.add_argument("--llm-prices", metavar="FILE",

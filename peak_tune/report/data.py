@@ -7,6 +7,7 @@ import datetime
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -54,6 +55,9 @@ class StudyReport:
     confirmed_gflops: float  # the end-of-run re-timing of the best (0: none)
     best_steps: list[StepSpeed]
     llm: dict[str, float] = field(default_factory=dict)  # calls, tokens, cost_usd
+    # per transformation, model and position: applications, successes, each step
+    # check's failures, repairs (appliers.llm.stats.summarize)
+    llm_steps: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def finished(self) -> list[TrialPoint]:
@@ -99,7 +103,7 @@ def read_study(storage: optuna.storages.BaseStorage, name: str, cache_folder: Pa
         vendor_name=next((f.name for f in figures.values()), ""),
         peak_gflops=_peak(identity, catalogs),
         confirmed_gflops=confirmation.kernel_gflops if confirmation else 0.0,
-        best_steps=_best_steps(trials), llm=_llm(cache_folder, name))
+        best_steps=_best_steps(trials), **_llm(cache_folder, name))
 
 
 def _point(trial: FrozenTrial, started: datetime.datetime | None) -> TrialPoint:
@@ -136,13 +140,15 @@ def _peak(identity: dict[str, object], catalogs: tuple[str, ...]) -> float:
     return float(device.peak_gflops.get(str(identity.get("dtype")), 0.0) or 0.0)
 
 
-def _llm(cache_folder: Path, study: str) -> dict[str, float]:
-    from peak_tune.appliers.llm.stats import read_records
+def _llm(cache_folder: Path, study: str) -> dict[str, Any]:
+    """The study's LLM calls from the journal: totals, and the rows of `peak-tune stats`."""
+    from peak_tune.appliers.llm.stats import read_records, summarize
 
     records = [r for r in read_records(cache_folder) if r.study == study]
     if not records:
         return {}
-    return {"calls": len(records),
-            "prompt_tokens": sum(r.prompt_tokens for r in records),
-            "completion_tokens": sum(r.completion_tokens for r in records),
-            "cost_usd": sum(r.cost_usd or 0.0 for r in records)}
+    return {"llm": {"calls": len(records),
+                    "prompt_tokens": sum(r.prompt_tokens for r in records),
+                    "completion_tokens": sum(r.completion_tokens for r in records),
+                    "cost_usd": sum(r.cost_usd or 0.0 for r in records)},
+            "llm_steps": summarize(records)}

@@ -177,7 +177,31 @@ def _section(study: StudyReport, images: list[tuple[str, str]]) -> str:
     pictures = "".join(f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
                        f"<figcaption>{html.escape(FIGURES[name].__doc__ or '')}</figcaption>"
                        "</figure>" for name, data in images)
-    return f"<section><h2>{html.escape(study.name)}</h2><table>{table}</table>{pictures}</section>"
+    steps = _llm_table(study)
+    return (f"<section><h2>{html.escape(study.name)}</h2><table>{table}</table>{pictures}"
+            f"{steps}</section>")
+
+
+def _counts_text(counts: object) -> str:
+    return ", ".join(f"{k} {n}" for k, n in counts.items()) or "-" if isinstance(
+        counts, dict) else "-"
+
+
+def _llm_table(study: StudyReport) -> str:
+    """What `peak-tune stats` says of the study's LLM steps: how often each step's reply
+    passed, which checks failed, how many were repaired."""
+    if not study.llm_steps:
+        return ""
+    head = ("transformation", "position", "applications", "succeeded", "check failures",
+            "repaired")
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            r["transformation"], r["position"], r["applications"], r["succeeded"],
+            _counts_text(r["check_failures"]),
+            r["repaired"])) + "</tr>"
+        for r in study.llm_steps)
+    return ("<h3>LLM steps</h3><table><tr>" + "".join(f"<th>{h}</th>" for h in head)
+            + f"</tr>{rows}</table>")
 
 
 _PAGE = """<!doctype html>

@@ -25,7 +25,7 @@ from peak_tune.search.space import (
     StepsEncoding,
     SubsetEncoding,
 )
-from peak_tune.session.config import BUDGET_SCOPES, TuneConfig
+from peak_tune.session.config import BudgetScope, Encoding, Illegal, TuneConfig
 
 if TYPE_CHECKING:
     from peak_tune.executors.ray import RaySettings
@@ -103,25 +103,18 @@ def encoding_for(config: TuneConfig, transformations: Mapping[str, Transformatio
                  ) -> SequenceEncoding:
     if config.sequence:
         return FixedEncoding(config.sequence, transformations)
-    if config.illegal not in ("repair", "prune"):
-        raise UserError(f"--illegal must be repair or prune, not {config.illegal!r}")
-    repair = config.illegal == "repair"
-    if config.encoding == "subset":
+    repair = config.illegal is Illegal.REPAIR
+    if config.encoding is Encoding.SUBSET:
         return SubsetEncoding(transformations, repair)
-    if config.encoding == "steps":
-        return StepsEncoding(transformations, repair, config.max_steps)
-    raise UserError(f"unknown encoding {config.encoding!r} (choose subset or steps)")
+    return StepsEncoding(transformations, repair, config.max_steps)
 
 
 def count_earlier_spend(config: TuneConfig, applier: Applier, cache_folder: Path) -> None:
     """With budget_scope "study", the LLM budget also counts the calls the journal
     holds for this study from earlier runs (only a study named with --study has any: a
     new run's study is new)."""
-    scope = config.budget_scope
-    if scope not in BUDGET_SCOPES:
-        raise UserError(f"--budget-scope must be run or study, not {scope!r}")
     count = getattr(applier, "count_earlier", None)
-    if scope == "run" or count is None:
+    if config.budget_scope is BudgetScope.RUN or count is None:
         return
     from peak_tune.appliers.llm.client import Usage
     from peak_tune.appliers.llm.prices import price_for

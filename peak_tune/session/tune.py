@@ -45,7 +45,7 @@ from peak_tune.search.space import (
 from peak_tune.search.study import Searcher, StudySettings
 from peak_tune.search.trials import TrialRecord
 from peak_tune.session import parts
-from peak_tune.session.config import TELL_ORDERS, TuneConfig
+from peak_tune.session.config import TuneConfig
 from peak_tune.session.confirmation import CONFIRM_ATTR, BestConfirmer, Confirmation
 from peak_tune.session.events import NewBest, Observer, Observers, RunEnded, TrialFinished
 from peak_tune.session.target import check_results_folder, resolve_target
@@ -160,9 +160,6 @@ class TuneSession:
             polisher = Polisher(config.polish, transformations=steps)
         except ValueError as exc:
             raise UserError(f"--polish {config.polish}: {exc}") from exc
-        if config.tell_order not in TELL_ORDERS:
-            raise UserError(f"--tell-order must be one of {', '.join(TELL_ORDERS)}, "
-                            f"not {config.tell_order!r}")
         # may refuse: before any process or study is made
         parts.count_earlier_spend(config, self.applier, self.cache.folder)
         # before the study: fail first
@@ -545,9 +542,17 @@ class TuneSession:
                     part.close()
 
     def close(self) -> None:
-        """Write every finished trial to the storage and stop the backend's workers."""
+        """Write every finished trial to the storage and stop the backend's workers; the
+        LLM calls of the run into the journal, one still waiting for its reply (a stop
+        that did not wait for it) as interrupted."""
         try:
-            self._appliers.shutdown(wait=True, cancel_futures=True)
+            try:
+                self._appliers.shutdown(wait=True, cancel_futures=True)
+            finally:
+                abandon = getattr(self.applier, "abandon_in_flight", None)
+                if abandon is not None:
+                    abandon()
+                self._journal_llm_calls()
             self.executor.close()
             self.searcher.close()
         finally:

@@ -15,6 +15,7 @@ from openai import OpenAI
 
 from peak_tune.appliers import make_applier
 from peak_tune.appliers.llm import (
+    PROMPT_VERSION,
     BadLaunchError,
     DeadParameterError,
     EndpointError,
@@ -155,7 +156,7 @@ def test_applies_loop_interchange_and_the_child_computes_matmul(
     assert child.applied == ("loop-interchange",)
     assert child.lineage is not None
     assert child.lineage.parent_hash == c_seed.content_hash()
-    assert child.lineage.applier == applier.identity == f"llm/{MODEL}@t0.2/p3"
+    assert child.lineage.applier == applier.identity == f"llm/{MODEL}@t0.2/p{PROMPT_VERSION}"
     check(compiler(child.source, {}))  # the edited kernel really computes C = A x B
 
     (request,) = server.chat_requests()
@@ -520,7 +521,7 @@ def test_config_from_env_and_its_checks(monkeypatch: pytest.MonkeyPatch) -> None
 def test_registry_builds_the_llm_applier(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_MODEL", "reg-model")
     applier = make_applier("llm")
-    assert applier.identity == "llm/reg-model@t0.2/p3"
+    assert applier.identity == f"llm/reg-model@t0.2/p{PROMPT_VERSION}"
 
 
 # ------------------------------------------------------------------ check_endpoint

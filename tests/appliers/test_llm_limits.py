@@ -4,6 +4,7 @@ local protocol server: Retry-After, requests per minute, requests in flight, cos
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,3 +152,30 @@ def test_price_tables_extend_override_and_fail_clearly(tmp_path: Path) -> None:
         load_prices(str(own))
     with pytest.raises(UserError, match="does not exist"):
         load_prices(str(tmp_path / "missing.toml"))
+
+
+def test_a_call_in_flight_when_the_study_stops_is_journaled_as_interrupted_once(
+    server: LLMServer, c_seed: KernelContext, loop: Transformation, cpu: DeviceProfile,
+) -> None:
+    from peak_tune.appliers.llm import EndpointError
+
+    server.script(slow(1.5, fenced(INTERCHANGED)))
+    applier = applier_for(server)
+    failed: list[BaseException] = []
+
+    def apply() -> None:
+        try:
+            applier.apply(c_seed, loop, cpu)
+        except BaseException as exc:  # noqa: BLE001  # what the thread ended with
+            failed.append(exc)
+
+    thread = threading.Thread(target=apply)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.chat_requests() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert applier.abandon_in_flight() == 1  # the study stops with the call unanswered
+    thread.join(timeout=30)
+    assert [r.outcome for r in applier.records] == ["interrupted"]  # not again when it lands
+    assert isinstance(failed[0], EndpointError) and "stopped" in str(failed[0])
+    assert applier.abandon_in_flight() == 0

@@ -112,12 +112,14 @@ class LLMApplier:
         result_check: ResultCheck | None = None,
         client: OpenAI | None = None,
         size_symbols: tuple[str, ...] = SIZE_SYMBOLS,
+        build_notes: str = "",
     ) -> None:
         self.config = config if config is not None else LLMConfig.from_env()
         self._compile_check = compile_check
         self._result_check = result_check
         self._client = client
         self._size_symbols = size_symbols
+        self._build_notes = build_notes  # how candidates are built and checked (prompts)
         self._client_lock = threading.Lock()
         self._session = ChatSession(self.config, self._openai)
 
@@ -148,6 +150,10 @@ class LLMApplier:
     def budget_spent(self) -> str:
         """Which budget is spent and by how much, or "" while both last."""
         return self._session.budget_spent()
+
+    def abandon_in_flight(self) -> int:
+        """Journal the calls still waiting for a reply as interrupted (a stopped study)."""
+        return self._session.abandon_in_flight()
 
     def count_earlier(self, earlier: Usage) -> None:
         """Let the budget count `earlier` calls too (the study's earlier runs)."""
@@ -186,7 +192,7 @@ class LLMApplier:
         current = derive_child(parent, transformation, self.identity, source=source,
                                launch=launch)
         messages = pass_messages(current, transformation, step, index, device,
-                                 self._size_symbols)
+                                 self._size_symbols, self._build_notes)
         last = index == len(transformation.passes) - 1
         problem = ("", "")
         for turn in range(self.config.repairs + 1):

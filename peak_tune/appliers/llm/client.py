@@ -113,6 +113,9 @@ class ChatSession:
                             "the price table lacks: give one with --llm-prices FILE")
         self.records: list[CallRecord] = []
         self._earlier = Usage(0, 0, 0, 0.0)  # what the budget counts besides this run
+        # requests sent and not answered yet: call id -> (where, attempt, sent at)
+        self._in_flight: dict[int, tuple[Where, int, float]] = {}
+        self._calls = 0
 
     def count_earlier(self, earlier: Usage) -> None:
         """Let the budget count `earlier` calls too (a study's earlier runs)."""
@@ -155,9 +158,16 @@ class ChatSession:
         attempts = self._config.max_retries + 1
         for attempt in range(1, attempts + 1):
             started = time.monotonic()
+            with self._lock:
+                self._calls += 1
+                call = self._calls
+                self._in_flight[call] = (where, attempt, started)
             try:
                 response = self._send(messages)
             except Exception as exc:
+                if not self._landed(call):
+                    raise EndpointError("the study stopped before the endpoint "
+                                        "answered") from exc
                 outcome, retry = _classify(exc)
                 message = f"{type(exc).__name__}: {_one_line(exc)}"
                 self._record(where, attempt, outcome, None, time.monotonic() - started, message)
@@ -174,10 +184,28 @@ class ChatSession:
                          where.pass_index + 1, outcome, attempt, delay)
                 self._sleep(delay)
                 continue
+            if not self._landed(call):  # journaled as interrupted when the study stopped
+                raise EndpointError("the study stopped before the endpoint answered")
             index = self._record(where, attempt, "ok", getattr(response, "usage", None),
                                  time.monotonic() - started, "")
             return _reply_text(response), index, _finish_reason(response) == "length"
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _landed(self, call: int) -> bool:
+        """The reply to `call` is in: False when the call was given up meanwhile."""
+        with self._lock:
+            return self._in_flight.pop(call, None) is not None
+
+    def abandon_in_flight(self) -> int:
+        """Record every request still waiting for its reply as "interrupted" (the study
+        stopped: the endpoint may bill it all the same); how many there were. A reply
+        that arrives later is not recorded again."""
+        with self._lock:
+            waiting, self._in_flight = list(self._in_flight.values()), {}
+        for where, attempt, started in waiting:
+            self._record(where, attempt, "interrupted", None, time.monotonic() - started,
+                         "the study stopped before the endpoint answered")
+        return len(waiting)
 
     def _send(self, messages: list[dict[str, str]]) -> Any:
         client = self._client()

@@ -31,8 +31,9 @@ __all__ = [
 # with their backends: no such prompt was asked before them, so C and CUDA keys stay as
 # they were. 3: each reply is checked against its step (changed, one block, not cut off,
 # every parameter live) and one that fails goes back to the model with what was wrong,
-# so an earlier version's accepted children are not this one's.
-PROMPT_VERSION = 3
+# so an earlier version's accepted children are not this one's. 4: the prompt says how
+# the kernel is built (compiler, flags, macros) and at which sizes it is checked.
+PROMPT_VERSION = 4
 LAUNCH_KEYS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_bytes")
 # An HLSL shader's thread group is its own [numthreads] (group_x, group_y, group_z in the
 # expressions): its launch is the grid of groups alone.
@@ -185,8 +186,10 @@ def pass_messages(
     index: int,
     device: DeviceProfile,
     sizes: tuple[str, ...],
+    build_notes: str = "",
 ) -> list[dict[str, str]]:
-    """The system and user messages asking for pass `index` (from 0)."""
+    """The system and user messages asking for pass `index` (from 0); `build_notes`:
+    how the candidate is built and checked (appliers.wiring.build_notes)."""
     if context.backend == "hlsl":
         device = shader_device(device)
     if step.region == "launch":
@@ -214,6 +217,7 @@ def pass_messages(
         "## Tuning parameters this transformation introduces",
         _params_line(transformation.params),
         "",
+        *(["## How the kernel is built and checked", build_notes, ""] if build_notes else []),
         "## Current kernel source",
         f"```{_fence_language(context.backend)}",
         context.source.rstrip(),

@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.errors import ApplyError
@@ -34,6 +35,7 @@ __all__ = ["DeadParameterError", "UnchangedError", "dead_parameters", "require_c
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b.*$", re.MULTILINE)
 _PRAGMA = re.compile(r"^[ \t]*#[ \t]*pragma\b", re.MULTILINE)
 _PREPROCESS_TIMEOUT_S = 30.0
+_PREPROCESSORS = 4  # preprocessor processes at once
 
 
 class UnchangedError(ApplyError):
@@ -62,15 +64,13 @@ def dead_parameters(context: KernelContext, names: Sequence[str]) -> list[str]:
     base = _preprocessed(context.source, point)
     if base is None or base.startswith("failed:"):  # no preprocessor, or not here: read
         return [n for n in names if n in domains and not _used(context.source, n)]
-    dead = []
-    for name, domain in domains.items():
-        other = _other_value(domain, point.get(name))
-        if other is None:
-            continue  # one allowed value: nothing to compare
-        varied = _preprocessed(context.source, {**point, name: other})
-        if varied == base:
-            dead.append(name)
-    return dead
+    varied = {name: {**point, name: other} for name, domain in domains.items()
+              if (other := _other_value(domain, point.get(name))) is not None}
+    # one preprocessor per parameter, side by side (each is a process of its own)
+    with ThreadPoolExecutor(max_workers=min(_PREPROCESSORS, len(varied) or 1)) as pool:
+        outputs = dict(zip(varied, pool.map(
+            lambda at: _preprocessed(context.source, at), varied.values()), strict=True))
+    return [name for name, output in outputs.items() if output == base]
 
 
 def _other_value(domain: ParamDomain, value: int | None) -> int | None:
