@@ -6,18 +6,19 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from peak_tune.errors import UserError
 from peak_tune.session.config import TuneConfig
-from peak_tune.session.tune import TuneSession, _Started, open_session, tells_as_finished
+from peak_tune.session.tune import open_session
+from peak_tune.session.window import Started, tells_as_finished
+from peak_tune.session.window import next_to_tell as next_in_window
 
 
-def started(prepared_done: bool = True, outcome_done: bool | None = False) -> _Started:
-    item = _Started(trial=None, started=0.0)  # type: ignore[arg-type]  # not read here
+def started(prepared_done: bool = True, outcome_done: bool | None = False) -> Started:
+    item = Started(trial=None, started=0.0)  # type: ignore[arg-type]  # not read here
     item.prepared = Future()
     if prepared_done:
         item.prepared.set_result(None)
@@ -28,9 +29,8 @@ def started(prepared_done: bool = True, outcome_done: bool | None = False) -> _S
     return item
 
 
-def next_to_tell(pending: deque[_Started], as_finished: bool) -> _Started:
-    session: Any = SimpleNamespace(tell_as_finished=as_finished)
-    return TuneSession._next_to_tell(session, pending)
+def next_to_tell(pending: deque[Started], as_finished: bool) -> Started:
+    return next_in_window(pending, as_finished)
 
 
 def test_as_finished_the_first_done_trial_goes_before_a_slow_older_one():

@@ -8,15 +8,12 @@ finished trials, prints the summary and exits with status 130; a spent LLM budge
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import math
 import os
-import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -27,6 +24,7 @@ from peak_tune.backends.base import (
     BUILD_BUDGET_FLOOR_S,
     EvalConfig,
 )
+from peak_tune.cli.stop import StopRequest
 from peak_tune.core import check_size_text
 from peak_tune.errors import (
     OUT_OF_MEMORY,
@@ -337,7 +335,7 @@ def _tune(args: argparse.Namespace) -> int:
     except UserError:
         session.close()
         raise
-    stop = _StopRequest()
+    stop = StopRequest()
     interrupted, budget = False, ""
     budget_left = getattr(session.applier, "budget_left", lambda: True)
     progress = ProgressView(args.trials, live=sys.stderr.isatty() and not args.json)
@@ -414,7 +412,7 @@ def _batch(args: argparse.Namespace) -> int:
         raise UserError("--parallel with the Ray executor: each study already spreads over "
                         "every device of the cluster, so studies run one after another")
     started = time.perf_counter()
-    stop = _StopRequest()
+    stop = StopRequest()
     batch = BatchRun(plan, should_stop=stop.requested, parallel=args.parallel)
     if args.parallel > 1 and sum(s.exclusive for s in plan.studies) > 1:
         print("peak-tune: C-backend studies run one at a time: timing several at once on "
@@ -429,31 +427,6 @@ def _batch(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(batch_json(batch, time.perf_counter() - started)))
     return 130 if batch.interrupted else 1 if batch.failed else 0
-
-
-class _StopRequest:
-    """The first Ctrl-C lets the running trial finish; a second one stops at once."""
-
-    def __init__(self) -> None:
-        self._requested = False
-
-    def requested(self) -> bool:
-        return self._requested
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self._requested:
-            raise KeyboardInterrupt
-        self._requested = True
-        print("peak-tune: stopping after this trial (Ctrl-C again to stop now)",
-              file=sys.stderr)
-
-    @contextlib.contextmanager
-    def on_ctrl_c(self) -> Iterator[None]:
-        previous = signal.signal(signal.SIGINT, self._handle)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
 
 
 def main(argv: list[str] | None = None) -> int:

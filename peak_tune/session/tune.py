@@ -16,8 +16,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, cast
 
 import optuna
@@ -31,11 +30,11 @@ from peak_tune.backends.base import (
     Backend,
     EvalRequest,
 )
-from peak_tune.core import KernelContext, Outcome, ProblemSize, Status, geometric_mean
+from peak_tune.core import KernelContext, ProblemSize, Status, geometric_mean
 from peak_tune.errors import ApplyError, EnvironmentFault, EvaluationError, InvalidPoint, UserError
 from peak_tune.evaluation.cache import Cache
 from peak_tune.evaluation.pipeline import Pipeline, PipelineSetup
-from peak_tune.executors import EvalJob, Executor
+from peak_tune.executors import EvalJob
 from peak_tune.harness.noise import NoisePolicy
 from peak_tune.harness.vendor import VENDOR_ATTR, figures_from_json
 from peak_tune.search.polish import Polisher
@@ -50,12 +49,19 @@ from peak_tune.session.confirmation import CONFIRM_ATTR, BestConfirmer, Confirma
 from peak_tune.session.events import NewBest, Observer, Observers, RunEnded, TrialFinished
 from peak_tune.session.target import check_results_folder, resolve_target
 from peak_tune.session.vendor_book import VendorBook
+from peak_tune.session.window import (
+    ShownWhenStored,
+    Started,
+    next_to_tell,
+    settled,
+    tells_as_finished,
+)
 from peak_tune.study.storage import results_storage_url
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["TuneSession", "open_session", "tells_as_finished"]
+__all__ = ["TuneSession", "open_session"]
 
 log = logging.getLogger(__name__)
 
@@ -64,65 +70,6 @@ log = logging.getLogger(__name__)
 # studies at 8192 were bound by the device (98-100% busy in search-13 and search-14).
 SLOW_FACTOR = 2.0
 SHOW_STORED_EVERY_S = 0.02  # how often a waiting driver looks for trials newly stored
-
-
-@dataclass
-class _Started:
-    """A trial asked for and prepared, waiting to be timed."""
-
-    trial: optuna.Trial
-    started: float
-    sequence: list[str] = field(default_factory=list)
-    chain: list[KernelContext] = field(default_factory=list)
-    params: dict[str, int] = field(default_factory=dict)
-    early: tuple[Status, str] | None = None  # decided without running anything
-    prepared: Future[None] | None = None  # applied and handed to the executor
-    outcomes: Future[list[Outcome]] | None = None  # one per tuned size, from the executor
-    ask_s: float = 0.0  # the sampler's time for it
-    apply_s: float = 0.0  # the applier's
-
-
-def tells_as_finished(order: str, executor: Executor, replay: bool = False) -> bool:
-    """`auto`: as trials finish wherever builds run ahead of the timings (Ray, and the
-    local executor's build pool for GPU backends), so that one slow build does not hold
-    up a window of finished trials; in the order asked where one thing runs at a time
-    (the C backend) or nothing runs (a replay), which costs nothing there and keeps a
-    seeded run repeatable."""
-    ahead = executor.name == "ray" or executor.slots > 1
-    return order == "finished" or (order == "auto" and ahead and not replay)
-
-
-def _settled(item: _Started) -> bool:
-    """Nothing of the trial is still running: it can be finished without waiting."""
-    if item.prepared is None:  # decided before anything was started
-        return True
-    if not item.prepared.done():
-        return False
-    return item.outcomes is None or item.outcomes.done()
-
-
-@dataclass
-class _ShownWhenStored:
-    """Told trials, handed to `on_trial` (the progress view) once the storage holds them,
-    in the order told: a trial shown is a trial stored, even when the storage fails."""
-
-    on_trial: Callable[[TrialRecord], None]
-    unshown: deque[TrialRecord] = field(default_factory=deque)
-    held: set[int] = field(default_factory=set)  # stored, not yet shown
-
-    @property
-    def waiting(self) -> bool:
-        return bool(self.unshown)
-
-    def told(self, record: TrialRecord) -> None:
-        self.unshown.append(record)
-
-    def stored(self, numbers: list[int]) -> None:
-        self.held.update(numbers)
-        while self.unshown and self.unshown[0].number in self.held:
-            record = self.unshown.popleft()
-            self.held.discard(record.number)
-            self.on_trial(record)
 
 
 def _reason(exc: BaseException) -> str:
@@ -247,9 +194,9 @@ class TuneSession:
         or kernel does not hold up a window of finished trials.
         """
         asked = 0
-        pending: deque[_Started] = deque()
+        pending: deque[Started] = deque()
         clock = self.loop_seconds
-        shown = _ShownWhenStored(lambda record: self._stored(record, on_trial))
+        shown = ShownWhenStored(lambda record: self._stored(record, on_trial))
         told_here = 0
         stopped = True
         try:
@@ -260,14 +207,14 @@ class TuneSession:
                         self.searcher.pull_other_drivers()
                         began = time.perf_counter()
                         trial = self._ask()
-                        pending.append(_Started(trial, began, ask_s=time.perf_counter() - began))
+                        pending.append(Started(trial, began, ask_s=time.perf_counter() - began))
                         asked += 1
                         self._start(pending[-1])
                         clock["asking"] += time.perf_counter() - began
                     if not pending:
                         break
                     began = time.perf_counter()
-                    item = self._next_to_tell(pending)
+                    item = next_to_tell(pending, self.tell_as_finished)
                     self._show_while_waiting(item, shown)
                     record = self._finish(item)
                     told = time.perf_counter()
@@ -316,28 +263,14 @@ class TuneSession:
         if record.status is Status.OK and record.gflops >= best > 0:
             self.observers.notify(NewBest(record))
 
-    def _show_while_waiting(self, item: _Started, shown: _ShownWhenStored) -> None:
+    def _show_while_waiting(self, item: Started, shown: ShownWhenStored) -> None:
         """While `item` still runs, show the trials told before it as the storage takes
         them in (a few milliseconds after they are told), not one trial late."""
-        while shown.waiting and not _settled(item):
+        while shown.waiting and not settled(item):
             running: list[Future[Any]] = [f for f in (item.prepared, item.outcomes)
                                           if f is not None]
             wait(running, timeout=SHOW_STORED_EVERY_S)
             shown.stored(self.searcher.mirror.take_stored())
-
-    def _next_to_tell(self, pending: deque[_Started]) -> _Started:
-        """The oldest trial, or, telling as trials finish, the oldest finished one (after
-        waiting for any to finish)."""
-        if not self.tell_as_finished:
-            return pending[0]
-        while True:
-            ready = next((item for item in pending if _settled(item)), None)
-            if ready is not None:
-                return ready
-            running: list[Future[Any]] = [f for item in pending
-                                          for f in (item.outcomes or item.prepared,)
-                                          if f is not None]
-            wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
 
     def _ask(self) -> optuna.Trial:
         return self.searcher.ask()
@@ -354,7 +287,7 @@ class TuneSession:
     def compile_workers(self) -> int:
         return parts.compile_workers(self.config, self.capabilities.on_host)
 
-    def _start(self, item: _Started) -> None:
+    def _start(self, item: Started) -> None:
         """Choose the sequence here; apply it and hand the point to the executor on the
         apply pool, so that slow appliers (LLM calls) overlap one another."""
         try:
@@ -364,7 +297,7 @@ class TuneSession:
             return
         item.prepared = self._appliers.submit(self._apply_and_submit, item)
 
-    def _apply_and_submit(self, item: _Started) -> None:
+    def _apply_and_submit(self, item: Started) -> None:
         began = time.perf_counter()
         try:
             item.chain = self.pipeline.build(item.sequence)
@@ -406,7 +339,7 @@ class TuneSession:
             return 0.0
         return max(BUILD_BUDGET_FLOOR_S, self.config.build_budget * statistics.median(builds))
 
-    def _finish(self, item: _Started) -> TrialRecord:
+    def _finish(self, item: Started) -> TrialRecord:
         def ended(status: Status, message: str = "", gflops: float = 0.0,
                   cached: bool = False) -> TrialRecord:
             seconds = time.perf_counter() - item.started
@@ -434,7 +367,7 @@ class TuneSession:
         return ended(Status.OK, gflops=geometric_mean([o.gflops for o in outcomes]),
                      cached=all(o.cached for o in outcomes))
 
-    def _where_time_went(self, item: _Started, seconds: float) -> dict[str, float]:
+    def _where_time_went(self, item: Started, seconds: float) -> dict[str, float]:
         """The trial's seconds: asking the sampler, applying, building, waiting for the
         device, validating and timing on it (the rest: waiting to be told)."""
         number = item.trial.number
