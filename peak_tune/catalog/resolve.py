@@ -43,8 +43,18 @@ def unused_checkout(builtin: Path, here: Path, user_roots: list[Path]) -> str | 
         return None
     if here.resolve() in {builtin.resolve(), *(r.resolve() for r in user_roots)}:
         return None
+    if _catalog_files(here) == _catalog_files(builtin):
+        return None  # the same files: nothing edited here goes unseen
     return (f"the catalog in use is the installed copy in {builtin}, not this folder's "
-            f"transforms/ and seeds/: `pip install -e .` here, or pass --catalog .")
+            f"transforms/ and seeds/, which differ from it: `pip install -e .` here, or "
+            f"pass --catalog .")
+
+
+def _catalog_files(root: Path) -> dict[str, bytes]:
+    """The catalog's files under `root` (transformations, seeds), by relative path."""
+    return {str(p.relative_to(root)): p.read_bytes()
+            for folder in ("transforms", "seeds") if (root / folder).is_dir()
+            for p in sorted((root / folder).rglob("*")) if p.is_file()}
 
 
 def _existing(paths: list[Path]) -> list[Path]:

@@ -13,8 +13,12 @@ def _checkout(folder: Path) -> Path:
     return folder
 
 
-def test_a_checkout_that_is_not_the_catalog_in_use_is_named(tmp_path: Path) -> None:
+def test_a_checkout_edited_beside_the_catalog_in_use_is_named(tmp_path: Path) -> None:
     installed, here = _checkout(tmp_path / "site" / "_catalog"), _checkout(tmp_path / "repo")
+    for root in (installed, here):
+        (root / "transforms" / "unroll-k.md").write_text("Unroll the K loop.\n")
+    assert unused_checkout(installed, here, []) is None  # the same files: no word
+    (here / "transforms" / "unroll-k.md").write_text("Unroll the K loop by UNROLL_K.\n")
     warning = unused_checkout(installed, here, [])
     assert warning is not None and str(installed) in warning and "--catalog ." in warning
 
