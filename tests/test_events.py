@@ -51,7 +51,7 @@ def test_a_run_tells_every_trial_each_new_best_the_vendor_and_its_end(tmp_path: 
     assert len(finished) == 15
     assert heard.of(VendorMeasured) and heard.of(VendorMeasured)[0].reason == "start"
     bests = [e.record.gflops for e in heard.of(NewBest)]
-    assert bests == sorted(bests) and bests[-1] == session.searcher.best_gflops()
+    assert bests == sorted(set(bests)) and bests[-1] == session.searcher.best_gflops()
     assert all(e.against == "vendor" and e.denominator > 0 for e in finished)
     [end] = heard.of(RunEnded)
     assert end == RunEnded(15, stopped=False) and heard.events[-1] is end

@@ -55,6 +55,7 @@ from peak_tune.session.window import (
     next_to_tell,
     settled,
     tells_as_finished,
+    where_time_went,
 )
 from peak_tune.study.storage import results_storage_url
 
@@ -126,6 +127,7 @@ class TuneSession:
             self._abandon()  # a refusal (e.g. a study made for another size) is one line
             raise
         self.observers = Observers()
+        self._best_announced = 0.0  # the speed of the last NewBest
         self.vendors = VendorBook(self.backend, self.pipeline, self.sizes,
                                   self.searcher.mirror.set_user_attr, self.observers.notify)
         self.confirmer = BestConfirmer(self.backend, self.pipeline, self.sizes, self.vendors,
@@ -260,7 +262,9 @@ class TuneSession:
         against, denominator = self.vendors.denominator()
         self.observers.notify(TrialFinished(record, best, against, denominator,
                                             self.vendors.peak_gflops()))
-        if record.status is Status.OK and record.gflops >= best > 0:
+        if record.status is Status.OK and best > 0 and record.gflops >= best and (
+                record.gflops > self._best_announced):  # a tie is no new best
+            self._best_announced = record.gflops
             self.observers.notify(NewBest(record))
 
     def _show_while_waiting(self, item: Started, shown: ShownWhenStored) -> None:
@@ -343,7 +347,8 @@ class TuneSession:
         def ended(status: Status, message: str = "", gflops: float = 0.0,
                   cached: bool = False) -> TrialRecord:
             seconds = time.perf_counter() - item.started
-            item.trial.set_user_attr("seconds", self._where_time_went(item, seconds))
+            recent = self.executor.job_times[-4 * self.window - 8:]
+            item.trial.set_user_attr("seconds", where_time_went(item, seconds, recent))
             return TrialRecord(item.trial.number, status, tuple(item.sequence), item.params,
                                gflops, message, cached, seconds)
 
@@ -366,18 +371,6 @@ class TuneSession:
             item.trial.set_user_attr("remeasured", sum(o.remeasured for o in outcomes))
         return ended(Status.OK, gflops=geometric_mean([o.gflops for o in outcomes]),
                      cached=all(o.cached for o in outcomes))
-
-    def _where_time_went(self, item: Started, seconds: float) -> dict[str, float]:
-        """The trial's seconds: asking the sampler, applying, building, waiting for the
-        device, validating and timing on it (the rest: waiting to be told)."""
-        number = item.trial.number
-        job = next((j for j in reversed(self.executor.job_times[-4 * self.window - 8:])
-                    if j.trial == number), None)
-        spent = {"ask": item.ask_s, "apply": item.apply_s, "build": 0.0, "wait": 0.0,
-                 "evaluate": 0.0, "total": seconds}
-        if job is not None:
-            spent.update(build=job.build_s, wait=job.waited_s, evaluate=job.busy_s)
-        return {k: round(v, 4) for k, v in spent.items()}
 
     def best_median_ms(self, size: ProblemSize) -> float | None:
         flops = self.pipeline.flops(size)

@@ -13,9 +13,11 @@ import optuna
 
 from peak_tune.core import KernelContext, Outcome, Status
 from peak_tune.executors import Executor
+from peak_tune.executors.base import JobTimes
 from peak_tune.search.trials import TrialRecord
 
-__all__ = ["ShownWhenStored", "Started", "next_to_tell", "settled", "tells_as_finished"]
+__all__ = ["ShownWhenStored", "Started", "next_to_tell", "settled", "tells_as_finished",
+           "where_time_went"]
 
 
 @dataclass
@@ -90,3 +92,16 @@ def next_to_tell(pending: deque[Started], as_finished: bool) -> Started:
                                       for f in (item.outcomes or item.prepared,)
                                       if f is not None]
         wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+
+
+def where_time_went(item: Started, seconds: float, jobs: list[JobTimes]) -> dict[str, float]:
+    """The trial's seconds: asking the sampler, applying, building, waiting for the
+    device, validating and timing on it (`jobs`: the executor's latest JobTimes; the
+    rest of `seconds` is waiting to be told)."""
+    number = item.trial.number
+    job = next((j for j in reversed(jobs) if j.trial == number), None)
+    spent = {"ask": item.ask_s, "apply": item.apply_s, "build": 0.0, "wait": 0.0,
+             "evaluate": 0.0, "total": seconds}
+    if job is not None:
+        spent.update(build=job.build_s, wait=job.waited_s, evaluate=job.busy_s)
+    return {k: round(v, 4) for k, v in spent.items()}
