@@ -63,7 +63,6 @@ _LEAST: dict[str, float] = {"trials": 0, "repeats": 1, "timeout": 0.001,
                             "compile_workers": 0, "repairs": 0, "max_tokens_total": 1,
                             "polish": 0, "build_budget": 0}
 _BELOW: dict[str, float] = {"polish": 1}
-EXECUTORS = ("auto", "local", "ray")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -165,9 +164,9 @@ class _Loader:
         self.check_settings(self.data, "")
         self.catalog = self._catalog()
         executor = self.data.get("executor", "local")
-        if executor not in EXECUTORS:
+        if executor not in CHOICES["executor"]:
             raise self.fail("executor", f"{executor!r} is not available to batch "
-                                        f"(choose from {', '.join(EXECUTORS)})")
+                                        f"(choose from {', '.join(CHOICES['executor'])})")
         results = self.overrides.results or self._path("results", "results")
         storage = self.overrides.storage or self.data.get("storage")
         entries = self._matrix_entries() + self._study_entries()

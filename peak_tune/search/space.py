@@ -26,7 +26,6 @@ from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.evaluation.pipeline import check_sequence
 
 __all__ = [
-    "ENCODINGS",
     "FixedEncoding",
     "SequenceEncoding",
     "StepsEncoding",
@@ -167,7 +166,6 @@ class FixedEncoding:
         return True
 
 
-ENCODINGS = ("subset", "steps")
 
 
 def param_key(domain: ParamDomain) -> str:

@@ -18,7 +18,7 @@ from peak_tune.backends.base import BUILD_BUDGET, EvalConfig
 from peak_tune.errors import UserError
 from peak_tune.search.samplers import SAMPLERS
 
-__all__ = ["BUDGET_SCOPES", "CHOICES", "TELL_ORDERS", "BudgetScope", "Encoding",
+__all__ = ["CHOICES", "TELL_ORDERS", "BudgetScope", "Encoding",
            "ExecutorChoice", "Illegal", "TellOrder", "TuneConfig"]
 
 
@@ -59,7 +59,6 @@ _ENUMS: dict[str, type[StrEnum]] = {
     "encoding": Encoding, "illegal": Illegal, "tell_order": TellOrder,
     "executor": ExecutorChoice, "budget_scope": BudgetScope,
 }
-BUDGET_SCOPES = tuple(BudgetScope)
 TELL_ORDERS = tuple(TellOrder)
 
 
