@@ -285,3 +285,28 @@ def test_tma_kernels_validate_with_the_backends_tensor_maps(
         context = apply_transformation(context, catalog[step], profile)
     measurement = run(backend, spec, build_dir, context, TMA_POINT, dtype="float16", size=size)
     assert measurement.gflops > 0
+
+
+# ---------------------------------------------------------------- a user's own kernels
+
+USER_CATALOGS = ROOT / "tests" / "fixtures" / "catalogs"
+USER_SIZES = {"bmm": {"BATCH": 3, "M": 96, "N": 80, "K": 72},
+              "matmul_bt": {"M": 200, "N": 136, "K": 88},
+              "softmax": {"ROWS": 300, "COLS": 517}}
+
+
+@pytest.mark.parametrize("kernel", sorted(USER_SIZES))
+def test_a_users_own_kernel_validates_on_the_gpu_and_a_broken_copy_does_not(
+    backend: CudaBackend, build_dir: str, kernel: str
+) -> None:
+    """A user's folder (spec and naive .cu, no code in peak_tune) validates and times on
+    the GPU against its own reference; the same seed with its last write dropped fails."""
+    user_spec = load_spec(USER_CATALOGS / kernel / "seeds" / kernel)
+    size = ProblemSize.of(USER_SIZES[kernel])
+    seed = seed_context(user_spec, "cuda")
+    measurement = run(backend, user_spec, build_dir, seed, size=size)
+    assert len(measurement.samples_ms) == CONFIG.repeats and measurement.gflops > 0
+    lines = seed.source.rstrip().rstrip("}").rstrip().splitlines()
+    broken = dataclasses.replace(seed, source="\n".join(lines[:-1]) + "\n}\n")
+    with pytest.raises(WrongResult):
+        run(backend, user_spec, build_dir, broken, size=size)

@@ -290,6 +290,24 @@ def test_conformance_fixtures_build(backend: CudaBackend, tmp_path: Path, name: 
     assert backend.compile(context_of(source), {}, "float32", str(tmp_path)).resources
 
 
+USER_CATALOGS = ROOT / "tests" / "fixtures" / "catalogs"
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kernel", ["bmm", "matmul_bt", "softmax"])
+def test_a_users_own_cuda_seed_builds_from_its_catalog_folder(
+    h200: DeviceProfile, tmp_path: Path, kernel: str
+) -> None:
+    """A user's kernel folder (a spec and a naive .cu, no code in peak_tune) builds for
+    the H200 with its own launch table; test_cuda runs the same folders on a GPU."""
+    user_spec = load_spec(USER_CATALOGS / kernel / "seeds" / kernel)
+    context = seed_context(user_spec, "cuda")
+    assert context.entry == kernel and "grid_x" in context.launch
+    artifact = CudaBackend(h200).compile(context, {}, "float32", str(tmp_path))
+    assert Path(artifact.path).read_bytes()[:4] == b"\x7fELF"
+    assert artifact.resources["stack_bytes"] == 0
+
+
 # ---------------------------------------------------------------- launch geometry
 
 
