@@ -59,8 +59,9 @@ def this_gpu_profile() -> DeviceProfile:
 def evaluate(backend: CudaBackend, artifact: Any, request: EvalRequest) -> dict[str, Any]:
     """backend.evaluate's worker call, keeping the reply (phases_ms, where the worker
     gives them) that backend.evaluate folds into a Measurement."""
-    reply = backend._call(backend._request(artifact, request, request.size),  # noqa: SLF001
-                          request.config.timeout_s)
+    backend._device_info()  # noqa: SLF001  (the worker started, as evaluate does)
+    reply = backend._runner.call(  # noqa: SLF001
+        backend._request(artifact, request, request.size), request.config.timeout_s)  # noqa: SLF001
     measurement = measurement_from_reply(request.spec, request.size, reply)
     return {"median_ms": measurement.median_ms, "phases_ms": reply.get("phases_ms", {})}
 

@@ -66,8 +66,10 @@ def main() -> int:
         "groupshared_kib": 48})
     config = EvalConfig(timeout_s=300.0)
     shaders = [("naive seed, 16x16 group", spec.sources["hlsl"], {}, LAUNCH,
-                spec.check_sizes),
-               ("16x16 groupshared tiles", TILED, {"TILE": 16}, LAUNCH, spec.check_sizes)]
+                spec.check_sizes)]
+    if dtype == "float32":  # the fixture's buffers are float: fp16 data is (rightly) wrong
+        shaders.append(("16x16 groupshared tiles", TILED, {"TILE": 16}, LAUNCH,
+                        spec.check_sizes))
     if dtype == "float16":
         shaders += [(f"cooperative matrices, {tm}x{tn} tiles of 16", COOPMAT,
                      {"WAVE": 32, "TILES_M": tm, "TILES_N": tn},
