@@ -146,6 +146,9 @@ def main() -> None:
                         help="the searches' --ask-ahead (default: peak-tune's)")
     parser.add_argument("--build-budget", type=float, default=BUILD_BUDGET,
                         help="the searches' --build-budget (default: peak-tune's)")
+    parser.add_argument("--confirm", action="store_true",
+                        help="re-time each search's best beside the vendor at its end "
+                             "(peak-tune's end-of-run confirmation; the time box skips it)")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "cuda_matmul.json"))
     args = parser.parse_args()
@@ -160,7 +163,7 @@ def main() -> None:
         row["search"] = study_row(dtype, int(n), args.trials, Path(args.results),
                                   args.seconds, profile=args.profile, study=named,
                                   warm_start=warm, ask_ahead=args.ask_ahead,
-                                  build_budget=args.build_budget)
+                                  build_budget=args.build_budget, confirm=args.confirm)
         row["search"]["warm_start"] = list(warm)
         searched[dtype] = row["search"]["study"]
         row["paper"] = {

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 __all__ = [
@@ -24,10 +24,12 @@ __all__ = [
     "ParamDomain",
     "ProblemSize",
     "Status",
+    "VendorCall",
     "geometric_mean",
     "check_size_text",
     "size_of",
     "stable_hash",
+    "vendor_call",
 ]
 
 
@@ -105,6 +107,26 @@ class KernelSpec:
     # ref @ v for a vector v over the output's last axis, "left" = "A" that ref(A := u @ A)
     # is u @ ref over its second-to-last; timed runs are then checked by projections
     projection: Mapping[str, str] = field(default_factory=dict)
+    # backend -> the vendor baseline's call ([vendor] in spec.toml; see VendorCall)
+    vendor: Mapping[str, str] = field(default_factory=dict)
+
+
+class VendorCall(StrEnum):
+    """What a backend times as the vendor baseline of a kernel ([vendor] in spec.toml)."""
+
+    GEMM = "gemm"  # C = A @ B by the backend's BLAS (batched when all three share a batch)
+    GEMM_BT = "gemm-bt"  # C = A @ B^T, B stored N x K
+    REFERENCE = "reference"  # numpy evaluates the spec's reference expression (the CPU)
+    NONE = "none"  # no library: the ratio is to the device's peak or bandwidth roofline
+
+
+def vendor_call(spec: KernelSpec, backend: str) -> VendorCall:
+    """The spec's vendor call for `backend`; undeclared: numpy on the reference expression
+    on the CPU, none on a GPU (there is no library call for an arbitrary expression)."""
+    declared = spec.vendor.get(backend)
+    if declared is not None:
+        return VendorCall(declared)
+    return VendorCall.REFERENCE if backend == "c" else VendorCall.NONE
 
 
 @dataclass(frozen=True)

@@ -400,6 +400,45 @@ def test_a_users_softmax_tunes_against_its_reduction_reference(tmp_path):
     assert data["vendor"]["name"] == "numpy (reference expression in float32)"
 
 
+def test_a_softmax_without_a_vendor_is_measured_against_the_memory_roofline(tmp_path):
+    """[vendor] c = "none": no numpy baseline; a softmax moves 8 bytes per 5 flops, so
+    the ratio is to the CPU's bandwidth share of its peak, and the summary says so."""
+    catalog = tmp_path / "cat"
+    shutil.copytree(SOFTMAX, catalog)
+    spec = catalog / "seeds" / "softmax" / "spec.toml"
+    spec.write_text(spec.read_text().replace('c = "reference"', 'c = "none"'))
+    done = peak("--kernel", "softmax", "--catalog", str(catalog), "--size", "32x100",
+                "--trials", "1", "--json", "--results", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    data = last_json(done.stdout)
+    assert data["vendor"]["library"] is False and data["ratio_to"] == "peak"
+    assert data["peak"]["bound"] == "memory"
+    # the CPU profile's 20 GB/s at 5 flops per 8 bytes, below its compute peak
+    assert data["peak"]["gflops"] == pytest.approx(20 * 5 / 8)
+    assert data["peak"]["documented_gflops"] > data["peak"]["gflops"]
+    assert data["ratio"] == pytest.approx(data["best"]["gflops"] / data["peak"]["gflops"])
+    shown = peak("--kernel", "softmax", "--catalog", str(catalog), "--size", "32x100",
+                 "--trials", "0", "--results", str(tmp_path / "r"))
+    assert "bound by memory bandwidth" in shown.stdout, shown.stdout
+
+
+MATMUL_BT = Path(__file__).parent / "fixtures" / "catalogs" / "matmul_bt"
+
+
+@pytest.mark.parametrize(("catalog", "kernel", "size", "vendor"), [
+    (MATMUL_BT, "matmul_bt", "40x24x56", "numpy matmul with B transposed ("),
+    (BMM, "bmm", "2x24x16x8", "numpy ("),
+])
+def test_a_users_gemm_kernel_is_timed_against_the_blas_call_it_declares(
+        tmp_path, catalog, kernel, size, vendor):
+    done = peak("--kernel", kernel, "--catalog", str(catalog), "--size", size, "--trials",
+                "2", "--json", "--results", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    data = last_json(done.stdout)
+    assert data["vendor"]["name"].startswith(vendor) and "reference" not in data["vendor"]["name"]
+    assert data["ratio_to"] == "vendor" and data["trials"]["by_outcome"]["ok"] >= 1
+
+
 def test_a_softmax_that_forgets_to_normalise_is_a_wrong_result(tmp_path):
     catalog = tmp_path / "cat"
     shutil.copytree(SOFTMAX, catalog)

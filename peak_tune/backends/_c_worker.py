@@ -21,7 +21,7 @@ import numpy as np
 
 from peak_tune.backends._wire import spec_from_wire
 from peak_tune.backends._worker_child import serve
-from peak_tune.core import KernelSpec, ProblemSize
+from peak_tune.core import KernelSpec, ProblemSize, VendorCall, vendor_call
 from peak_tune.errors import CompileError, UserError
 from peak_tune.expr import evaluate, evaluate_int
 from peak_tune.harness.arena import PROT_NONE, PROT_READ, map_for_kernel, set_access
@@ -92,11 +92,14 @@ def _kernel_call(request: Mapping[str, Any], spec: KernelSpec, base: int) -> Cal
 
 def _vendor_call(spec: KernelSpec, arrays: dict[str, np.ndarray],
                  sizes: Mapping[str, int]) -> Call:
-    """numpy.matmul for matmul; otherwise the reference expression in the target dtype."""
+    """numpy.matmul for a GEMM call (the spec's [vendor]); otherwise the reference
+    expression in the target dtype."""
     inputs = [arrays[a.name] for a in spec.args if a.kind == "buffer" and a.intent == "in"]
     outputs = [arrays[a.name] for a in spec.args if a.kind == "buffer" and a.intent != "in"]
-    if spec.name == "matmul" and len(inputs) == 2 and len(outputs) == 1:
-        left, right, out = inputs[0], inputs[1], outputs[0]
+    call = vendor_call(spec, "c")
+    if call in (VendorCall.GEMM, VendorCall.GEMM_BT):
+        left, out = inputs[0], outputs[0]
+        right = inputs[1] if call is VendorCall.GEMM else np.swapaxes(inputs[1], -1, -2)
 
         def run_matmul() -> None:
             np.matmul(left, right, out=out)

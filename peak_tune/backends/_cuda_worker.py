@@ -243,35 +243,51 @@ def _cublas() -> tuple[Any, Any]:
     return _cublas_handle[0]
 
 
-def _cublas_binder(spec: KernelSpec, dtype: str) -> tuple[str, Binder]:
+def _cublas_binder(spec: KernelSpec, dtype: str, call: str) -> tuple[str, Binder]:
+    """cuBLAS (hipBLAS on ROCm) gemmEx for the spec's declared GEMM (the loader checked
+    its shapes: A [.., M, K], B [.., K, N] or [.., N, K], C [.., M, N]); strided batched
+    when the buffers carry a batch."""
     if dtype not in _CUBLAS_TYPES:
         raise UserError(f"no cuBLAS baseline for {dtype}")
+    if call not in ("gemm", "gemm-bt"):
+        raise NoVendorLibrary(f"no GEMM declared for {spec.name!r}")
     ins = [a for a in spec.args if a.kind == "buffer" and a.intent == "in"]
     outs = [a for a in spec.args if a.kind == "buffer" and a.intent != "in"]
-    if spec.name != "matmul" or len(ins) != 2 or len(outs) != 1:
-        # no GEMM to compare with: the study's ratio is to the documented peak instead
-        raise NoVendorLibrary(f"the GPU backends' vendor baseline is cuBLAS or hipBLAS "
-                              f"GEMM, for matmul only (not {spec.name!r})")
+    transposed = call == "gemm-bt"
     cublas, handle = _cublas()
     data_type, compute_type, scalar = _CUBLAS_TYPES[dtype]
     alpha, beta = np.ones(1, scalar), np.zeros(1, scalar)
     if _on_hip():
         compute_type = _HIPBLAS_COMPUTE_TYPES[dtype]
-        name = f"hipBLAS gemmEx ({_HIPBLAS_COMPUTE[dtype]}; CuPy {cupy_module().__version__})"
+        library = f"hipBLAS gemmEx ({_HIPBLAS_COMPUTE[dtype]}; CuPy {cupy_module().__version__})"
     else:
         major, rest = divmod(int(cublas.getVersion(handle)), 10000)
-        name = f"cuBLAS {major}.{rest // 100}.{rest % 100} gemmEx ({_CUBLAS_COMPUTE[dtype]})"
+        library = f"cuBLAS {major}.{rest // 100}.{rest % 100} gemmEx ({_CUBLAS_COMPUTE[dtype]})"
+    batched = len(ins[0].shape) == 3
+    name = library + (", B transposed" if transposed else "") + (
+        ", strided batched" if batched else "")
 
     def bind(device: DeviceProblem) -> Call:
-        m, k = (int(n) for n in device.shape(ins[0].name))
-        n = int(device.shape(ins[1].name)[1])
+        a_shape, b_shape = device.shape(ins[0].name), device.shape(ins[1].name)
+        m, k = (int(x) for x in a_shape[-2:])
+        n = int(b_shape[-2] if transposed else b_shape[-1])
+        batch = int(a_shape[0]) if batched else 1
         a, b = device.pointer(ins[0].name), device.pointer(ins[1].name)
         c = device.pointer(outs[0].name)
+        # row-major C = A op(B) is column-major C^T = op(B)^T A^T: B first, transposed
+        # from its stored N x K (leading dimension K) for gemm-bt
+        op_b, ld_b = (1, k) if transposed else (0, n)
 
-        def run() -> None:  # row-major C = A B is column-major C^T = B^T A^T
-            cublas.gemmEx(handle, 0, 0, n, m, k, alpha.ctypes.data, b, data_type, n,
-                          a, data_type, k, beta.ctypes.data, c, data_type, n,
-                          compute_type, -1)
+        def run() -> None:
+            if batch == 1:
+                cublas.gemmEx(handle, op_b, 0, n, m, k, alpha.ctypes.data, b, data_type,
+                              ld_b, a, data_type, k, beta.ctypes.data, c, data_type, n,
+                              compute_type, -1)
+            else:
+                cublas.gemmStridedBatchedEx(
+                    handle, op_b, 0, n, m, k, alpha.ctypes.data, b, data_type, ld_b, n * k,
+                    a, data_type, k, m * k, beta.ctypes.data, c, data_type, n, m * n, batch,
+                    compute_type, -1)
 
         return run
 
@@ -284,7 +300,7 @@ def _vendor(request: dict[str, Any]) -> dict[str, Any]:
     size = ProblemSize.of(request["size"])
     timing = Timing.of(request["config"])
     phases_ms.clear()
-    name, bind = _cublas_binder(spec, dtype)
+    name, bind = _cublas_binder(spec, dtype, str(request.get("call", "gemm")))
     bind = in_stream(bind)
     validate(spec, size, dtype, timing.seed, bind)
     samples_ms = time_then_check(spec, size, dtype, timing.seed + 1, bind, timing)

@@ -23,8 +23,14 @@ from peak_tune.backends._wire import config_to_wire, measurement_from_reply, spe
 from peak_tune.backends._worker import WorkerProcess
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
-from peak_tune.core import KernelSpec, Measurement, ProblemSize
-from peak_tune.errors import BackendUnavailable, KernelCrash, KernelTimeout, WrongResult
+from peak_tune.core import KernelSpec, Measurement, ProblemSize, VendorCall, vendor_call
+from peak_tune.errors import (
+    BackendUnavailable,
+    KernelCrash,
+    KernelTimeout,
+    NoVendorLibrary,
+    WrongResult,
+)
 from peak_tune.evaluation.validation import applicable_sizes, require_size_constraints, size_label
 
 __all__ = ["WORKER_MODULE", "DeviceCheck", "GpuRunner", "evaluation_message"]
@@ -123,12 +129,18 @@ class GpuRunner:
         return measurement
 
     def time_vendor(self, spec: KernelSpec, dtype: str, size: ProblemSize,
-                    config: EvalConfig) -> tuple[str, Measurement]:
-        """The vendor's GEMM (cuBLAS, hipBLAS), checked and timed like a variant (CUDA's
-        worker)."""
+                    config: EvalConfig, backend: str) -> tuple[str, Measurement]:
+        """The vendor's GEMM (cuBLAS, hipBLAS) the spec declares for `backend`, checked and
+        timed like a variant (CUDA's worker); NoVendorLibrary where it declares none."""
+        call = vendor_call(spec, backend)
+        if call not in (VendorCall.GEMM, VendorCall.GEMM_BT):
+            raise NoVendorLibrary(f"kernel {spec.name!r} declares no vendor call on "
+                                  f"{backend} ([vendor] {backend} = \"gemm\" or "
+                                  "\"gemm-bt\" would time cuBLAS or hipBLAS)")
         self.info()
         message = {"op": "vendor", "spec": spec_to_wire(spec), "dtype": dtype,
-                   "size": size.as_dict(), "config": config_to_wire(config)}
+                   "size": size.as_dict(), "config": config_to_wire(config),
+                   "call": call.value}
         reply = self.call(message, config.timeout_s)
         return str(reply["name"]), measurement_from_reply(spec, size, reply)
 

@@ -115,6 +115,7 @@ def spec_to_wire(spec: KernelSpec) -> dict[str, Any]:
         "check_sizes": [s.as_dict() for s in spec.check_sizes],
         "folder": spec.folder,
         "projection": dict(spec.projection),
+        "vendor": dict(spec.vendor),
     }
 
 
@@ -141,4 +142,5 @@ def spec_from_wire(data: Mapping[str, Any]) -> KernelSpec:
         check_sizes=tuple(ProblemSize.of(s) for s in data["check_sizes"]),
         folder=data["folder"],
         projection=dict(data.get("projection", {})),
+        vendor=dict(data.get("vendor", {})),
     )

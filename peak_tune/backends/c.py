@@ -35,10 +35,19 @@ from peak_tune.backends.base import (
     EvalRequest,
 )
 from peak_tune.catalog.types import DeviceProfile
-from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
+from peak_tune.core import (
+    KernelContext,
+    KernelSpec,
+    Measurement,
+    ProblemSize,
+    VendorCall,
+    stable_hash,
+    vendor_call,
+)
 from peak_tune.errors import (
     BackendUnavailable,
     CompileError,
+    NoVendorLibrary,
     UserError,
     WrongResult,
     environment_fault,
@@ -228,15 +237,19 @@ class CBackend:
     def time_vendor(
         self, spec: KernelSpec, dtype: str, size: ProblemSize, config: EvalConfig
     ) -> tuple[str, Measurement]:
-        """numpy (its BLAS for matmul), timed and checked like a variant."""
+        """numpy (its BLAS for a GEMM call), timed and checked like a variant."""
+        call = vendor_call(spec, "c")
+        if call is VendorCall.NONE:
+            raise NoVendorLibrary(f"kernel {spec.name!r} declares no vendor baseline on the "
+                                  "CPU ([vendor] c = \"none\")")
         # numpy runs in a job of its own, like a kernel: its BLAS threads end with it
         measurement = self._measure(spec, dtype, size, (), config, RunTarget(vendor=True))
-        if spec.name == "matmul":
-            with self._calls:
-                name = f"numpy ({self._worker.call({'op': 'blas'}, 60.0)['name']})"
-        else:
-            name = f"numpy (reference expression in {dtype})"
-        return name, measurement
+        if call is VendorCall.REFERENCE:
+            return f"numpy (reference expression in {dtype})", measurement
+        with self._calls:
+            blas = self._worker.call({'op': 'blas'}, 60.0)['name']
+        layout = "" if call is VendorCall.GEMM else " matmul with B transposed"
+        return f"numpy{layout} ({blas})", measurement
 
     def close(self) -> None:
         with self._calls:

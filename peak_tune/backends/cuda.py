@@ -218,7 +218,7 @@ class CudaBackend:
         self, spec: KernelSpec, dtype: str, size: ProblemSize, config: EvalConfig
     ) -> tuple[str, Measurement]:
         """cuBLAS (matmul), checked and timed like a variant, in the same worker."""
-        return self._runner.time_vendor(spec, dtype, size, config)
+        return self._runner.time_vendor(spec, dtype, size, config, self.name)
 
     def close(self) -> None:
         self._runner.close()

@@ -248,7 +248,7 @@ class HipBackend:
                     config: EvalConfig) -> tuple[str, Measurement]:
         """hipBLAS (matmul), checked and timed like a variant, in the same worker."""
         self.probe()
-        return self._runner.time_vendor(spec, dtype, size, config)
+        return self._runner.time_vendor(spec, dtype, size, config, self.name)
 
     def close(self) -> None:
         self._runner.close()

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from peak_tune.catalog.types import DTYPES, TESTED, DeviceProfile, Pass, Transformation
-from peak_tune.core import ArgSpec, KernelSpec, ParamDomain, ProblemSize
+from peak_tune.core import ArgSpec, KernelSpec, ParamDomain, ProblemSize, VendorCall
 from peak_tune.errors import CatalogError, ExpressionError
 from peak_tune.expr import check_expression
 
@@ -113,7 +113,7 @@ def load_spec(folder: Path) -> KernelSpec:
         path, data,
         {"name", "description", "sizes", "default_size", "flops", "min_bytes", "reference",
          "error_scale", "dtypes", "tolerance", "args", "sources", "entry"},
-        {"check_sizes", "launch", "projection"},
+        {"check_sizes", "launch", "projection", "vendor"},
     )
     symbols = _str_list(path, "sizes", data["sizes"])
     args = tuple(_arg(path, i, a, set(symbols)) for i, a in enumerate(_typed(
@@ -157,7 +157,55 @@ def load_spec(folder: Path) -> KernelSpec:
         launch=_launch(path, data.get("launch", {}), set(symbols)),
         folder=str(folder),
         projection=_projection(path, data.get("projection", {}), buffers),
+        vendor=_vendor(path, data.get("vendor", {}), args),
     )
+
+
+_GEMM_CALLS = (VendorCall.GEMM, VendorCall.GEMM_BT)
+
+
+def _vendor(path: Path, table: Any, args: tuple[ArgSpec, ...]) -> dict[str, str]:
+    """[vendor]: backend -> call. A GEMM call needs two inputs and one output whose shapes
+    name the same sizes as C = A @ B (or A @ B^T), with at most one shared batch size."""
+    _typed(path, "vendor", table, dict)
+    calls = {}
+    for backend, text in table.items():
+        where = f"vendor.{backend}"
+        try:
+            call = VendorCall(_typed(path, where, text, str))
+        except ValueError:
+            raise CatalogError(path, where, f"{text!r} is not one of "
+                               f"{', '.join(c.value for c in VendorCall)}") from None
+        if call is VendorCall.REFERENCE and backend != "c":
+            raise CatalogError(path, where, "numpy's reference runs on the CPU (c) only")
+        if call in _GEMM_CALLS:
+            problem = _gemm_mismatch(args, call is VendorCall.GEMM_BT)
+            if problem:
+                raise CatalogError(path, where, f"{call.value} needs {problem}")
+        calls[str(backend)] = call.value
+    return calls
+
+
+def _gemm_mismatch(args: tuple[ArgSpec, ...], b_transposed: bool) -> str:
+    """'' when the buffers are A [.., M, K], B [.., K, N] (or [.., N, K]) and C [.., M, N]
+    with one optional shared leading size; else what is wrong, in words."""
+    ins = [a for a in args if a.kind == "buffer" and a.intent == "in"]
+    outs = [a for a in args if a.kind == "buffer" and a.intent != "in"]
+    if len(ins) != 2 or len(outs) != 1:
+        return "two input buffers and one output"
+    (a, b), c = ins, outs[0]
+    ranks = {len(a.shape), len(b.shape), len(c.shape)}
+    if len(ranks) != 1 or ranks.pop() not in (2, 3):
+        return "A, B and C of one rank, 2 (or 3 with a batch)"
+    if len({x.shape[:-2] for x in (a, b, c)}) != 1:
+        return "one batch size shared by A, B and C"
+    m, k = a.shape[-2:]
+    n = b.shape[-2] if b_transposed else b.shape[-1]
+    if tuple(b.shape[-2:]) != ((n, k) if b_transposed else (k, n)) or c.shape[-2:] != (m, n):
+        layout = "N, K" if b_transposed else "K, N"
+        return (f"shapes A [.., M, K], B [.., {layout}], C [.., M, N] (found A "
+                f"{list(a.shape)}, B {list(b.shape)}, C {list(c.shape)})")
+    return ""
 
 
 def _projection(path: Path, table: Any, inputs: set[str]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from peak_tune.core import (
     ProblemSize,
     Status,
     stable_hash,
+    vendor_call,
 )
 from peak_tune.errors import (
     ApplyError,
@@ -261,8 +262,9 @@ class Pipeline:
     def vendor_key(self, size: ProblemSize) -> str:
         """The cache key of the vendor's timings at `size` (harness.vendor.VendorStore):
         what decides them, as for a kernel's evaluation (device, compiler, harness)."""
+        call = vendor_call(self.setup.spec, self.backend.name).value
         return stable_hash(["vendor", size.as_dict(), self.setup.dtype, self._fingerprint,
-                            self._spec_identity])
+                            self._spec_identity, call])
 
     def check_point(
         self, context: KernelContext, params: Mapping[str, int], size: ProblemSize

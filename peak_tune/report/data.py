@@ -7,13 +7,14 @@ import datetime
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from peak_tune.catalog.resolve import Catalog
-from peak_tune.core import Status, geometric_mean
+from peak_tune.catalog.roofline import roofline
+from peak_tune.core import ProblemSize, Status, geometric_mean, size_of
 from peak_tune.errors import UserError
 from peak_tune.harness.vendor import VENDOR_ATTR, figures_from_json
 from peak_tune.session.confirmation import CONFIRM_ATTR, Confirmation
@@ -51,7 +52,7 @@ class StudyReport:
     trials: list[TrialPoint]
     vendor_gflops: float  # 0: none measured
     vendor_name: str
-    peak_gflops: float  # the device profile's documented peak (0: none)
+    peak_gflops: float  # the device's roofline on the kernel (catalog.roofline; 0: none)
     confirmed_gflops: float  # the end-of-run re-timing of the best (0: none)
     best_steps: list[StepSpeed]
     llm: dict[str, float] = field(default_factory=dict)  # calls, tokens, cost_usd
@@ -133,11 +134,22 @@ def _best_steps(trials: list[TrialPoint]) -> list[StepSpeed]:
 
 
 def _peak(identity: dict[str, object], catalogs: tuple[str, ...]) -> float:
+    """The device's roofline on the study's kernel and sizes (as the run's summary), or
+    its documented peak where the kernel's spec is not in these catalogs."""
     try:
-        device = Catalog.with_user_folders(catalogs).device(str(identity.get("device")))
+        catalog = Catalog.with_user_folders(catalogs)
+        device = catalog.device(str(identity.get("device")))
     except UserError:
         return 0.0
-    return float(device.peak_gflops.get(str(identity.get("dtype")), 0.0) or 0.0)
+    dtype = str(identity.get("dtype"))
+    try:
+        spec = catalog.spec(str(identity.get("kernel")))
+        sizes = [ProblemSize.of(size_of(str(label), spec.size_symbols))
+                 for label in cast(list[object], identity.get("sizes") or [])]
+    except (UserError, ValueError):
+        return float(device.peak_gflops.get(dtype, 0.0) or 0.0)
+    return roofline(device, spec, dtype, sizes).gflops if sizes else float(
+        device.peak_gflops.get(dtype, 0.0) or 0.0)
 
 
 def _llm(cache_folder: Path, study: str) -> dict[str, Any]:

@@ -200,7 +200,8 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
     against, denominator = session.vendors.denominator()
     ratio = (None if confirmed["status"] == "failed" or not denominator or best is None
              else best_gflops / denominator)
-    peak = session.vendors.peak_gflops()
+    roof = session.vendors.roofline()
+    peak = roof.gflops
     noisy = vendor["noisy"] or (confirmed["status"] == "noisy" if timed
                                 else bool(best and best.user_attrs.get("noisy")))
     counters = session.cache.counters
@@ -224,8 +225,11 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "noisy": bool(best.user_attrs.get("noisy")) if best else False,
         },
         "vendor": vendor,
-        # the device profile's documented peak, and the best's share of it
-        "peak": {"gflops": peak, "ratio": best_gflops / peak if peak and best else None},
+        # what the device can reach on this kernel (catalog.roofline: the documented
+        # peak, or the memory bandwidth's share where the kernel is bound by memory),
+        # and the best's share of it
+        "peak": {"gflops": peak, "ratio": best_gflops / peak if peak and best else None,
+                 "bound": roof.bound, "documented_gflops": roof.peak_gflops},
         "confirmation": confirmed,
         # best over the vendor's figure, or over the documented peak where the device has
         # no vendor library (ratio_to says which); None when the best failed its
@@ -289,7 +293,7 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
         table.add_row("vendor", f"none on this device ({vendor['why_none']})")
     if data["peak"]["gflops"]:
         share = data["peak"]["ratio"]
-        table.add_row("peak", f"{data['peak']['gflops']:.0f} GFLOP/s documented"
+        table.add_row("peak", _peak_words(data["peak"])
                       + (f"; the best is {100 * share:.1f}% of it" if share else ""))
     for label, stability in vendor.get("by_size", {}).items():
         table.add_row(f"vendor {label}", _stability_line(stability))
@@ -351,12 +355,22 @@ def _confirmation_line(confirmation: dict[str, Any]) -> str:
     return line + (f" (NOISY, not cached: {confirmation['why']})" if status == "noisy" else "")
 
 
+def _peak_words(peak: dict[str, Any]) -> str:
+    """"67000 GFLOP/s documented", or the roofline's memory-bound share of it."""
+    if peak.get("bound") in ("memory", "mixed"):
+        where = "at its sizes" if peak["bound"] == "memory" else "at some of its sizes"
+        return (f"{peak['gflops']:.0f} GFLOP/s: the kernel is bound by memory bandwidth "
+                f"{where} (documented compute peak {peak['documented_gflops']:.0f})")
+    return f"{peak['gflops']:.0f} GFLOP/s documented"
+
+
 def _ratio_line(data: dict[str, Any]) -> str:
     ratio, status = data["ratio"], data["confirmation"]["status"]
     if ratio is None:
         return ("- (the best trial failed its re-validation)" if status == "failed"
                 else "- (no finished trial)" if data["best"]["trial"] is None else "-")
-    against = "vendor" if data.get("ratio_to", "vendor") == "vendor" else "documented peak"
+    against = ("vendor" if data.get("ratio_to", "vendor") == "vendor" else "roofline"
+               if data.get("peak", {}).get("bound") in ("memory", "mixed") else "documented peak")
     if status in ("confirmed", "noisy"):
         noisy = ", noisy" if data.get("ratio_noisy") else ""
         return f"{ratio:.3f}x {against} (the best's end-of-run re-timing{noisy})"

@@ -1,6 +1,6 @@
 """The vendor's figures of one run: timed at the start (or taken from the study or the
 cache), timed again on a schedule between trials, and what the best is measured against
-(the vendor, else the device's documented peak)."""
+(the vendor, else the device's roofline: its documented peak or memory bandwidth)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from peak_tune.backends.base import Backend
+from peak_tune.catalog.roofline import Roofline, roofline
 from peak_tune.core import Measurement, ProblemSize, Status, geometric_mean
 from peak_tune.errors import EvaluationError, NoVendorLibrary
 from peak_tune.evaluation.pipeline import Pipeline
@@ -79,15 +80,21 @@ class VendorBook:
     def gflops(self) -> float:
         return geometric_mean([m.gflops for _, m in self.chosen.values()])
 
-    def peak_gflops(self) -> float:
-        """The device profile's documented peak for the study's element type (0: none)."""
+    def roofline(self) -> Roofline:
+        """What the device can reach on this kernel at the study's sizes: its documented
+        peak, or less where the kernel is bound by memory (catalog.roofline)."""
         setup = self._pipeline.setup
-        return float(setup.device.peak_gflops.get(setup.dtype, 0.0) or 0.0)
+        return roofline(setup.device, setup.spec, setup.dtype, self._sizes)
+
+    def peak_gflops(self) -> float:
+        """The roofline's attainable GFLOP/s (0: the profile documents nothing)."""
+        return self.roofline().gflops
 
     def denominator(self) -> tuple[str, float]:
         """What the best is measured against: ("vendor", its figure) where the device has
-        a vendor library, else ("peak", the documented peak) as the PEAK paper did for
-        its Adreno GPU, else ("", 0.0): GFLOP/s alone (lavapipe documents no peak)."""
+        a vendor library, else ("peak", the roofline: the documented peak, or the memory
+        bandwidth's share for a memory-bound kernel) as the PEAK paper did for its Adreno
+        GPU, else ("", 0.0): GFLOP/s alone (lavapipe documents no peak)."""
         vendor = self.gflops()
         if vendor > 0:
             return "vendor", vendor

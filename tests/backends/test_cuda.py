@@ -17,7 +17,13 @@ from peak_tune.backends.cuda import CudaBackend, profile_for_gpu, visible_gpu
 from peak_tune.catalog.loaders import load_devices, load_spec
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize
-from peak_tune.errors import InvalidPoint, KernelCrash, KernelTimeout, WrongResult
+from peak_tune.errors import (
+    InvalidPoint,
+    KernelCrash,
+    KernelTimeout,
+    NoVendorLibrary,
+    WrongResult,
+)
 from peak_tune.evaluation.pipeline import seed_context
 
 pytestmark = [pytest.mark.gpu, pytest.mark.cuda]
@@ -310,3 +316,28 @@ def test_a_users_own_kernel_validates_on_the_gpu_and_a_broken_copy_does_not(
     broken = dataclasses.replace(seed, source="\n".join(lines[:-1]) + "\n}\n")
     with pytest.raises(WrongResult):
         run(backend, user_spec, build_dir, broken, size=size)
+
+
+@pytest.mark.parametrize(("kernel", "named"), [("bmm", ", strided batched"),
+                                               ("matmul_bt", ", B transposed")])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_users_declared_gemm_is_cublas_checked_like_a_kernel(
+    backend: CudaBackend, kernel: str, named: str, dtype: str
+) -> None:
+    """[vendor] cuda = "gemm" on batched buffers is cuBLAS's strided batched GEMM, and
+    "gemm-bt" reads B as N x K: both validate against the folder's own reference."""
+    user_spec = load_spec(USER_CATALOGS / kernel / "seeds" / kernel)
+    if dtype not in user_spec.tolerances:
+        user_spec = dataclasses.replace(user_spec, dtypes=(*user_spec.dtypes, dtype),
+                                        tolerances={**user_spec.tolerances, dtype: 5e-4})
+    name, measurement = backend.time_vendor(user_spec, dtype,
+                                            ProblemSize.of(USER_SIZES[kernel]), CONFIG)
+    assert name.startswith("cuBLAS ") and name.endswith(named)
+    assert measurement.gflops > 0
+
+
+def test_a_kernel_without_a_declared_vendor_has_none_on_the_gpu(backend: CudaBackend) -> None:
+    user_spec = load_spec(USER_CATALOGS / "softmax" / "seeds" / "softmax")
+    with pytest.raises(NoVendorLibrary, match="declares no vendor call on cuda"):
+        backend.time_vendor(user_spec, "float32", ProblemSize.of(USER_SIZES["softmax"]),
+                            CONFIG)

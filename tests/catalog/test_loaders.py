@@ -1,11 +1,13 @@
 """Catalog files: the built-in ones load; each kind of mistake is one clear error."""
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from peak_tune.catalog.loaders import load_device, load_spec, load_transformation
 from peak_tune.catalog.resolve import Catalog
+from peak_tune.core import VendorCall, vendor_call
 from peak_tune.errors import CatalogError, UserError
 
 GOOD = """---
@@ -166,3 +168,36 @@ def test_a_transformation_that_requires_one_left_out_is_left_out(tmp_path):
         "matmul", "c", "float16")}
     assert not {"demo-step", "after-demo"} & {t.id for t in catalog.transformations_for(
         "matmul", "c", "float32")}
+
+
+@pytest.mark.parametrize(("vendor", "message"), [
+    ('cuda = "cublas"\nc = "gemm"', r"vendor.cuda: 'cublas' is not one of gemm, gemm-bt, "
+                                   r"reference, none"),
+    ('cuda = "reference"\nc = "gemm"', r"vendor.cuda: numpy's reference runs on the CPU "
+                                      r"\(c\) only"),
+    ('c = "gemm-bt"', r"vendor.c: gemm-bt needs shapes A \[.., M, K\], B \[.., N, K\], C "
+                      r"\[.., M, N\] \(found A \['M', 'K'\], B \['K', 'N'\]"),
+])
+def test_a_vendor_call_the_kernel_cannot_make_is_a_catalog_error(tmp_path, vendor, message):
+    """[vendor] names what each backend times as the baseline; a GEMM call is checked
+    against the buffers' shapes before any run."""
+    seed = tmp_path / "mine"
+    shutil.copytree(Path(__file__).parents[2] / "seeds" / "matmul", seed)
+    text = (seed / "spec.toml").read_text()
+    (seed / "spec.toml").write_text(text.replace('c = "gemm"\ncuda = "gemm"\n', vendor + "\n", 1))
+    with pytest.raises(CatalogError, match=message):
+        load_spec(seed)
+
+
+def test_vendor_calls_default_to_numpy_on_the_cpu_and_none_on_a_gpu(tmp_path):
+    seed = tmp_path / "mine"
+    shutil.copytree(Path(__file__).parents[2] / "seeds" / "matmul", seed)
+    text = (seed / "spec.toml").read_text()
+    (seed / "spec.toml").write_text(text[:text.index("[vendor]")]
+                                    + text[text.index("[[args]]"):])
+    spec = load_spec(seed)
+    assert spec.vendor == {}
+    assert [vendor_call(spec, b) for b in ("c", "cuda", "hip", "hlsl")] == [
+        VendorCall.REFERENCE, VendorCall.NONE, VendorCall.NONE, VendorCall.NONE]
+    builtin = Catalog.with_user_folders().spec("matmul")
+    assert vendor_call(builtin, "cuda") is VendorCall.GEMM
