@@ -18,20 +18,16 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-import optuna
-from optuna.trial import TrialState
-
 from peak_tune.batch.files import BatchPlan, BatchStudy
 from peak_tune.errors import EnvironmentFault, UserError
 from peak_tune.search.trials import TrialRecord
 from peak_tune.session.tune import TuneSession, open_session
 from peak_tune.study.storage import results_storage_url
 
-__all__ = ["BatchRun", "StudyProgress", "finished_trials"]
+__all__ = ["BatchRun", "StudyProgress"]
 
 log = logging.getLogger(__name__)
 
-_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 WAITING, OPENING, RUNNING, DONE, FAILED, STOPPED = (
     "waiting", "opening", "running", "done", "failed", "stopped")
 
@@ -67,12 +63,6 @@ class StudyProgress:
         }
         return {**data, "state": self.state, "target_trials": self.study.trials,
                 "finished_trials": self.done, "new_trials": self.new, "reason": self.reason}
-
-
-def finished_trials(study: optuna.Study) -> int:
-    """Trials the study holds that were evaluated (not those a hard stop cut short)."""
-    return sum(1 for t in study.get_trials(deepcopy=False, states=_FINISHED)
-               if t.user_attrs.get("status") != "interrupted")
 
 
 @dataclass
@@ -170,7 +160,7 @@ class BatchRun:
 
     def _resume(self, item: StudyProgress, session: TuneSession) -> None:
         """Run the trials the study still lacks (none when it holds its count)."""
-        item.done = finished_trials(session.study)
+        item.done = session.searcher.finished_trials()
         item.best_gflops = session.searcher.best_gflops()
         self._set(item, RUNNING)
         session.measure_vendor()
@@ -188,7 +178,7 @@ class BatchRun:
             self.changed(item)
 
         session.run(max(0, item.study.trials - item.done), on_trial, self._stopping)
-        complete = finished_trials(session.study) >= item.study.trials
+        complete = session.searcher.finished_trials() >= item.study.trials
         self._set(item, DONE if complete or not self.should_stop() else STOPPED)
 
     def _close(self, item: StudyProgress, session: TuneSession, started: float) -> None:
@@ -199,7 +189,7 @@ class BatchRun:
         except Exception as exc:
             self._set(item, FAILED, _one_line(exc))
         item.seconds = time.perf_counter() - started
-        item.done = finished_trials(session.study)
+        item.done = session.searcher.finished_trials()
         item.summary = summary(session, item.seconds)
         # the end of `session.run` re-timed the best (TuneSession.confirm_best)
         item.best_gflops = item.summary["best"]["gflops"]

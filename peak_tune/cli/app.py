@@ -81,7 +81,10 @@ def _common(parser: argparse.ArgumentParser,
 def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="search transformation sequences and parameters (default)")
     _common(p)
-    p.add_argument("--trials", type=int, default=100, help="trials to run now (default 100)")
+    p.add_argument("--trials", type=int, default=100,
+                   help="trials the study should hold in all (default 100): a resumed "
+                        "study runs only those it lacks, so the same command finishes a "
+                        "stopped run; 0 runs none")
     p.add_argument("--kernel", default="matmul")
     p.add_argument("--backend", help="c (default without a GPU)")
     p.add_argument("--device", help="device profile (see `peak-tune devices`); default cpu")
@@ -338,12 +341,19 @@ def _tune(args: argparse.Namespace) -> int:
     stop = StopRequest()
     interrupted, budget = False, ""
     budget_left = getattr(session.applier, "budget_left", lambda: True)
-    progress = ProgressView(args.trials, live=sys.stderr.isatty() and not args.json)
+    held = session.searcher.finished_trials()
+    to_run = max(0, args.trials - held)
+    if held and args.trials:
+        print(f"peak-tune: study {session.study.study_name!r} holds {held} finished trials; "
+              + (f"running {to_run} more for --trials {args.trials}" if to_run else
+                 f"--trials {args.trials} asks for no more (raise it to run more)"),
+              file=sys.stderr)
+    progress = ProgressView(to_run, live=sys.stderr.isatty() and not args.json)
     session.subscribe(progress)
     try:
         with stop.on_ctrl_c():
             _measure_vendor(session, args.timeout)
-            session.run(args.trials, should_stop=lambda: stop.requested() or not budget_left())
+            session.run(to_run, should_stop=lambda: stop.requested() or not budget_left())
             if args.sanitize and not stop.requested():
                 for line in session.sanitize_best():
                     print(f"peak-tune: sanitizer: {line}", file=sys.stderr)
@@ -351,7 +361,7 @@ def _tune(args: argparse.Namespace) -> int:
                 print(f"peak-tune: ncu: {session.profile_best()}", file=sys.stderr)
         interrupted = stop.requested()
         spent_budget = getattr(session.applier, "budget_spent", lambda: "")
-        budget = "" if budget_left() or progress.done >= args.trials else (
+        budget = "" if budget_left() or progress.done >= to_run else (
             spent_budget() or "the token or cost budget is spent")
     except KeyboardInterrupt:
         interrupted = True

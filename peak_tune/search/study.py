@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
 
+# trial states that count as run (a running or waiting trial does not)
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
 
 @dataclass(frozen=True)
 class StudySettings:
@@ -306,6 +309,12 @@ class Searcher:
         done = [t for t in self.study.get_trials(deepcopy=False)
                 if t.state == TrialState.COMPLETE and t.values and t.number not in rejected]
         return sorted(done, key=lambda t: -t.values[0])
+
+    def finished_trials(self) -> int:
+        """Trials the study holds that were evaluated (not those a hard stop cut short):
+        what `--trials` and a batch file's `trials` count towards."""
+        return sum(1 for t in self.study.get_trials(deepcopy=False, states=_FINISHED)
+                   if t.user_attrs.get("status") != "interrupted")
 
     def best_trial(self) -> FrozenTrial | None:
         ranked = self.ranked_trials()

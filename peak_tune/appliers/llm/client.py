@@ -27,6 +27,7 @@ __all__ = ["CallRecord", "ChatSession", "Usage", "Where", "make_client"]
 log = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 60.0
+_REFUSED_ATTEMPTS = 2  # a refused connection before any answer: tried this often
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class ChatSession:
         # requests sent and not answered yet: call id -> (where, attempt, sent at)
         self._in_flight: dict[int, tuple[Where, int, float]] = {}
         self._calls = 0
+        self._answered = False  # the endpoint has answered a request of this run
 
     def count_earlier(self, earlier: Usage) -> None:
         """Let the budget count `earlier` calls too (a study's earlier runs)."""
@@ -178,6 +180,12 @@ class ChatSession:
                 if attempt == attempts:
                     raise EndpointError(f"the endpoint {at} failed {attempts} time(s); "
                                         f"last: {message}") from exc
+                if attempt >= _REFUSED_ATTEMPTS and not self._answered and _refused(exc):
+                    # nothing listens there (a wrong URL, a server not started): say so
+                    # now rather than after the whole backoff meant for a busy server
+                    raise EndpointError(f"cannot connect to the endpoint {at}: connection "
+                                        f"refused {attempt} times (is the server running "
+                                        f"and the URL right?)") from exc
                 delay = min(max(self._config.backoff_s * 2 ** (attempt - 1),
                                 _retry_after_s(exc)), _MAX_BACKOFF_S)
                 log.info("%s pass %d: %s; retry %d in %.1f s", where.transform_id,
@@ -186,6 +194,7 @@ class ChatSession:
                 continue
             if not self._landed(call):  # journaled as interrupted when the study stopped
                 raise EndpointError("the study stopped before the endpoint answered")
+            self._answered = True
             index = self._record(where, attempt, "ok", getattr(response, "usage", None),
                                  time.monotonic() - started, "")
             return _reply_text(response), index, _finish_reason(response) == "length"
@@ -247,6 +256,19 @@ class ChatSession:
                 note = f" (${earlier.cost_usd:.4f} in earlier runs)" if earlier.calls else ""
                 raise BudgetExhausted(f"cost budget of ${dollars:g} exhausted: "
                                       f"${spent:.4f} spent{note}")
+
+
+def _refused(exc: BaseException) -> bool:
+    """The connection was refused (nothing listens at the address), anywhere in the
+    exception's chain of causes."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError) or "connection refused" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _classify(exc: Exception) -> tuple[str, bool]:
