@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from peak_tune.catalog.loaders import load_spec  # noqa: E402
 from peak_tune.core import ProblemSize  # noqa: E402
-from peak_tune.evaluation.validation import make_problem, project_expected  # noqa: E402
+from peak_tune.evaluation.projections import project_expected  # noqa: E402
+from peak_tune.evaluation.validation import make_problem  # noqa: E402
 from peak_tune.harness.values import secret_seed  # noqa: E402
 
 

@@ -82,14 +82,20 @@ def test_same_command_again_compiles_nothing(tmp_path):
         assert second["best"]["gflops"] == first["best"]["gflops"]
 
 
-def test_study_resumes_by_name(tmp_path):
-    args = ["--trials", "3", *SMALL, "--json", "--results", str(tmp_path)]
-    first = last_json(peak(*args).stdout)
-    resumed = peak(*args, "--study", first["study"])
+def test_study_resumes_by_name_and_trials_count_the_study_in_all(tmp_path):
+    """--trials is the study's count in all, as in batch files: the same command again
+    runs nothing more, a larger count only the difference."""
+    args = [*SMALL, "--json", "--results", str(tmp_path)]
+    first = last_json(peak("--trials", "3", *args).stdout)
+    again = peak("--trials", "3", *args, "--study", first["study"])
+    assert again.returncode == 0, again.stderr
+    assert last_json(again.stdout)["trials"]["total"] == 3
+    assert "holds 3 finished trials; --trials 3 asks for no more" in again.stderr
+    resumed = peak("--trials", "5", *args, "--study", first["study"])
     assert resumed.returncode == 0, resumed.stderr
     data = last_json(resumed.stdout)
-    assert data["study"] == first["study"]
-    assert data["trials"]["total"] == 6
+    assert data["study"] == first["study"] and data["trials"]["total"] == 5
+    assert "holds 3 finished trials; running 2 more for --trials 5" in resumed.stderr
 
 
 def test_show_export_and_cache_stats(tuned, tmp_path):

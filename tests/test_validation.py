@@ -10,16 +10,15 @@ import pytest
 from peak_tune.catalog.loaders import load_spec
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, UserError, WrongResult
+from peak_tune.evaluation.projections import check_projected, project_expected
 from peak_tune.evaluation.validation import (
     OutOfBounds,
     Problem,
     applicable_sizes,
     check_outputs,
-    check_projected,
     compute_expected,
     guard_elements,
     make_problem,
-    project_expected,
     require_size_constraints,
 )
 

@@ -1,6 +1,6 @@
 """The AMD side of the HIP backend's toolchain: compile HIP device code for gfx90a (MI200)
 and gfx942 (MI300X) with clang, read each kernel's registers, LDS and spills from the code
-object's metadata, disassemble it, and bound its occupancy. Nothing here needs an AMD GPU
+object's metadata and disassemble it (_amd_occupancy bounds its occupancy). Nothing needs an AMD GPU
 or launches a kernel: compile-time facts only, so a search can prune a point before any
 device time is spent on it.
 
@@ -51,7 +51,7 @@ __all__ = [
     "isa_version_number",
     "kernel_resources",
     "matrix_instructions",
-    "occupancy",
+    "target_id",
 ]
 
 _log = logging.getLogger(__name__)
@@ -112,30 +112,6 @@ class AmdToolchain:
     rocm_path: Path  # --rocm-path: holds include/hip/hip_runtime.h
     device_libs: Path  # the installed device libraries (ockl.bc, oclc_*.bc)
     processors: frozenset[str]  # the gfx processors this clang can target
-
-
-@dataclass(frozen=True)
-class _SimdLimits:
-    """One architecture's occupancy limits, per SIMD unless named per CU."""
-
-    vgprs: int  # VGPRs per lane, arch VGPRs and AGPRs from one file
-    vgpr_granule: int  # a wave's VGPRs are allocated in blocks of this many
-    max_waves: int
-    simds_per_cu: int
-    lds_bytes_per_cu: int
-    lds_granule_bytes: int
-    max_workgroups_per_cu: int  # barriers: a workgroup of one wave needs none
-
-
-# gfx90a (CDNA2) and gfx940-gfx942 (CDNA3) as LLVM 19 models them in AMDGPUBaseInfo.cpp
-# (getTotalNumVGPRs 512 and getVGPRAllocGranule 8 for targets with GFX90A instructions,
-# after the CDNA2 ISA's section 3.6.4; getMaxWavesPerEU 8; getEUsPerCU 4;
-# getMaxWorkGroupsPerCU: 16 barriers) and as AMDGPUUsage documents them (64 KiB of LDS,
-# granted in blocks of 128 dwords: GRANULATED_LDS_SIZE). The tests check occupancy()
-# against the figure LLVM prints for real kernels.
-_CDNA = _SimdLimits(vgprs=512, vgpr_granule=8, max_waves=8, simds_per_cu=4,
-                    lds_bytes_per_cu=65536, lds_granule_bytes=512, max_workgroups_per_cu=16)
-_LIMITS = {"gfx90a": _CDNA, "gfx940": _CDNA, "gfx941": _CDNA, "gfx942": _CDNA}
 
 
 # ------------------------------------------------------------------ toolchain
@@ -239,7 +215,7 @@ def isa_version_number(arch: str) -> int:
     * 100 + stepping, minor and stepping being the last two hex digits of the processor
     name (gfx942 -> 9402, gfx90a -> 9010, gfx90c -> 9012, gfx1030 -> 10300), the rule that
     every oclc_isa_version_<N>.bc of rocm-device-libs follows."""
-    found = _target(arch)
+    found = target_id(arch)
     return int(found.group(2)) * 1000 + int(found.group(3), 16) * 100 + int(found.group(4), 16)
 
 
@@ -317,7 +293,7 @@ def _write_isa_file(toolchain: AmdToolchain, template: Path, processor: str,
 def _isa_template(device_libs: Path, processor: str) -> Path:
     """The installed ISA-version file nearest `processor` in its major version (gfx940's
     for gfx942)."""
-    major, number = _target(processor).group(2), isa_version_number(processor)
+    major, number = target_id(processor).group(2), isa_version_number(processor)
     same_major = [path for path in device_libs.glob("oclc_isa_version_*.bc")
                   if (found := _TARGET_ID.match(_arch_of(path))) and found.group(2) == major]
     if not same_major:
@@ -343,7 +319,7 @@ def _cache_root() -> Path:
     return base / "peak-tune"
 
 
-def _target(arch: str) -> re.Match[str]:
+def target_id(arch: str) -> re.Match[str]:
     found = _TARGET_ID.match(arch)
     if found is None:
         raise UserError(f"{arch!r} is not an AMD GPU target ID such as gfx90a, gfx942 or "
@@ -353,7 +329,7 @@ def _target(arch: str) -> re.Match[str]:
 
 def _processor(toolchain: AmdToolchain, arch: str) -> str:
     """The processor of target ID `arch`, which `toolchain` must know."""
-    processor = _target(arch).group(1)
+    processor = target_id(arch).group(1)
     if processor not in toolchain.processors:
         raise BackendUnavailable(f"{toolchain.version} cannot target {processor}: a newer "
                                  "clang or ROCm's is needed")
@@ -438,7 +414,7 @@ def disassemble(toolchain: AmdToolchain, code_object: Path, arch: str) -> str:
     """llvm-objdump's disassembly of `code_object`, decoded as `arch`'s instructions. The
     code object must hold code for `arch`: decoded as another processor's, the same bytes
     read as other mnemonics (gfx942's v_mfma_f32_32x32x8_f16 as gfx90a's ..._32x32x8f16)."""
-    processor = _target(arch).group(1)
+    processor = target_id(arch).group(1)
     target = str(_metadata(toolchain, code_object).get("amdhsa.target", ""))
     built_for = target.rpartition("--")[2].partition(":")[0]
     if built_for != processor:
@@ -488,55 +464,3 @@ def _count(kernel: Mapping[str, Any], field: str, default: int | None, code_obje
         return int(value)
     raise BackendUnavailable(f"{code_object.name}: kernel metadata field {field} is "
                              f"{value!r}, not a count (an unknown code object version?)")
-
-
-# ------------------------------------------------------------------ occupancy
-
-
-def occupancy(resources: Mapping[str, int], arch: str, threads_per_block: int | None = None
-              ) -> int:
-    """Waves per SIMD that `resources` (kernel_resources) allow on `arch`: the least of
-      VGPRs: vgprs / roundup(vgprs, 8), on 512 (8 when vgprs < 8),
-      SGPRs: 10, 9, 8 or 7 for up to 80, 88, 100 or more (LLVM's table for GFX8-GFX9),
-      LDS:   ceil(workgroups per CU * waves per workgroup / 4 SIMDs), where workgroups per
-             CU = min(64 KiB / roundup(lds_bytes, 512), 32 waves / waves per workgroup,
-             16 barriers (not for one-wave workgroups)),
-    each capped at 8 waves. Workgroups of `threads_per_block` threads, default the
-    kernel's bound (max_threads_per_block: 1024 without __launch_bounds__), as LLVM
-    assumes. Scratch does not limit it here (LLVM does not count it either)."""
-    limits = _LIMITS.get(_target(arch).group(1))
-    if limits is None:
-        raise UserError(f"occupancy limits are known for {', '.join(_LIMITS)}, not {arch}")
-    by_vgprs = _waves_by_vgprs(resources["vgprs"], limits)
-    by_sgprs = _waves_by_sgprs(resources["sgprs"])
-    threads = threads_per_block or resources["max_threads_per_block"]
-    by_lds = _waves_by_lds(resources["lds_bytes"], threads, resources["wavefront_size"],
-                           limits)
-    return min(by_vgprs, by_sgprs, by_lds, limits.max_waves)
-
-
-def _waves_by_vgprs(vgprs: int, limits: _SimdLimits) -> int:
-    if vgprs < limits.vgpr_granule:
-        return limits.max_waves
-    allocated = -(-vgprs // limits.vgpr_granule) * limits.vgpr_granule
-    return max(limits.vgprs // allocated, 1)
-
-
-def _waves_by_sgprs(sgprs: int) -> int:
-    """LLVM's getOccupancyWithNumSGPRs for GFX8-GFX9 (800 SGPRs per SIMD)."""
-    for most, waves in ((80, 10), (88, 9), (100, 8)):
-        if sgprs <= most:
-            return waves
-    return 7
-
-
-def _waves_by_lds(lds_bytes: int, threads: int, wavefront_size: int, limits: _SimdLimits
-                  ) -> int:
-    waves_per_group = -(-threads // wavefront_size)
-    wave_slots = limits.max_waves * limits.simds_per_cu
-    groups = wave_slots if waves_per_group == 1 else min(wave_slots // waves_per_group,
-                                                         limits.max_workgroups_per_cu)
-    if lds_bytes:
-        granted = -(-lds_bytes // limits.lds_granule_bytes) * limits.lds_granule_bytes
-        groups = min(groups, limits.lds_bytes_per_cu // granted)
-    return -(-groups * waves_per_group // limits.simds_per_cu)

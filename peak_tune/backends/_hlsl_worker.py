@@ -27,15 +27,17 @@ from peak_tune.backends._wire import Timing, spec_from_wire
 from peak_tune.backends._worker_child import serve
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, UserError
-from peak_tune.evaluation.validation import (
-    Problem,
+from peak_tune.evaluation.projections import (
     Projection,
-    check_outputs,
     check_projected,
-    compute_expected,
-    make_problem,
     project_expected,
     projectable,
+)
+from peak_tune.evaluation.validation import (
+    Problem,
+    check_outputs,
+    compute_expected,
+    make_problem,
 )
 from peak_tune.expr import evaluate_int
 from peak_tune.harness.values import secret_seed

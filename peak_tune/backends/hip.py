@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from peak_tune.backends import _hip_amd
+from peak_tune.backends._amd_occupancy import occupancy
 from peak_tune.backends._cuda_launch import check_launch, evaluate_launch, geometry_fits
 from peak_tune.backends._files import built_or_reused
 from peak_tune.backends._gpu_runner import GpuRunner, evaluation_message
@@ -202,7 +203,7 @@ class HipBackend:
             log = _hip_amd.compile_code_object(context.source, self._arch, defines,
                                                code_object, time_limit_s)
             resources = _hip_amd.kernel_resources(toolchain, code_object, context.entry)
-            resources["occupancy_waves"] = _hip_amd.occupancy(resources, self._arch)
+            resources["occupancy_waves"] = occupancy(resources, self._arch)
             return log, resources
 
         artifact = built_or_reused(build_dir, key, ".co", build)

@@ -31,11 +31,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from peak_tune.backends import BACKENDS, capabilities
+from peak_tune.backends import capabilities
 from peak_tune.backends.base import BUILD_BUDGET, EvalConfig
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.errors import UserError
 from peak_tune.session.config import CHOICES, TuneConfig
+from peak_tune.session.target import TargetError, resolve_kernel_target
 
 __all__ = ["BatchError", "BatchPlan", "BatchStudy", "load_batch"]
 
@@ -240,16 +241,15 @@ class _Loader:
         for key, value in (("kernel", kernel), ("device", device_name), ("dtype", dtype)):
             if not isinstance(value, str):
                 raise self.fail(entry.key(key), f"expected a string, got {value!r}")
+        given = [self._size_text(entry.key(f"sizes[{i}]"), s)
+                 for i, s in enumerate(values.get("sizes", []))]
         try:
-            spec = self.catalog.spec(kernel)
-        except UserError as exc:
-            raise self.fail(entry.key("kernel"), str(exc)) from exc
-        device = self._device(entry.key("device"), device_name)
-        if dtype not in spec.dtypes:
-            raise self.fail(entry.key("dtype"), f"{dtype!r} is not offered by {spec.name} "
-                                                f"(choose from {', '.join(spec.dtypes)})")
-        sizes = tuple(self._size(entry.key(f"sizes[{i}]"), s, spec.size_symbols)
-                      for i, s in enumerate(values.get("sizes", [])))
+            target = resolve_kernel_target(self.catalog, kernel, device_name, None, dtype,
+                                           given)
+        except TargetError as exc:
+            raise self.fail(entry.key(exc.part), str(exc)) from exc
+        spec, device = target.spec, target.device
+        sizes = tuple(s.as_dict() for s in target.sizes) if given else ()
         label = "_".join("x".join(str(s[k]) for k in spec.size_symbols) for s in sizes)
         name = values.get("name") or "-".join(
             [prefix, spec.name, device.name, dtype, label or "default"])
@@ -266,32 +266,15 @@ class _Loader:
     def catalog_folders(self) -> tuple[str, ...]:
         return tuple(str(p) for p in self.catalog.roots[1:])
 
-    def _device(self, key: str, name: str) -> Any:
-        try:
-            device = self.catalog.device(name)
-        except UserError as exc:
-            raise self.fail(key, str(exc)) from exc
-        if device.backend not in BACKENDS:
-            raise self.fail(key, f"{name!r} needs the {device.backend!r} backend, "
-                                               "which this version does not have")
-        return device
-
-    def _size(self, key: str, value: Any, symbols: tuple[str, ...]) -> dict[str, int]:
+    def _size_text(self, key: str, value: Any) -> Mapping[str, int] | str:
+        """A size as written (N, AxBx..., NAME=V,... or a table): a number as its text;
+        what resolve_kernel_target checks against the kernel's symbols."""
         if isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)
-        if isinstance(value, str) and re.fullmatch(r"[1-9][0-9]*(x[1-9][0-9]*)*", value):
-            parts = [int(p) for p in value.split("x")]
-            if len(parts) == 1:
-                parts = parts * len(symbols)
-            if len(parts) == len(symbols):
-                return dict(zip(symbols, parts, strict=True))
-        elif isinstance(value, dict) and set(value) == set(symbols) and all(
-                isinstance(v, int) and not isinstance(v, bool) and v > 0
-                for v in value.values()):
-            return {s: value[s] for s in symbols}
-        shape = "x".join(symbols)
-        raise self.fail(key, f"size {value!r}: use N, {shape} or a table of {', '.join(symbols)}"
-                             " with positive integers")
+            return str(value)
+        if isinstance(value, str | dict):
+            return value
+        raise self.fail(key, f"size {value!r}: use N, AxBx..., NAME=V,... or a table of "
+                             "the kernel's sizes with positive integers")
 
     def check_settings(self, table: Mapping[str, Any], where: str) -> None:
         """Ranges and choices of the settings a table gives (types are checked already)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from peak_tune.appliers.reference import ReferenceApplier
 from peak_tune.backends.base import Backend
+from peak_tune.catalog.sequences import legal_next
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext, KernelSpec
 from peak_tune.errors import (
@@ -120,10 +121,7 @@ def _random_sequence(transformations: Mapping[str, Transformation],
     taken: list[str] = []
     length = rng.randint(1, len(transformations))
     while len(taken) < length:
-        allowed = [t for t in sorted(transformations) if t not in taken
-                   and all(r in taken for r in transformations[t].requires)
-                   and not any(c in taken for c in transformations[t].conflicts)
-                   and not any(t in transformations[d].conflicts for d in taken)]
+        allowed = legal_next(taken, transformations)
         if not allowed:
             break
         taken.append(rng.choice(allowed))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from peak_tune.appliers.base import Applier
 from peak_tune.backends.base import Artifact, Backend, EvalConfig, EvalRequest
+from peak_tune.catalog.sequences import check_sequence
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import (
     KernelContext,
@@ -44,7 +45,7 @@ from peak_tune.evaluation.validation import applicable_sizes, require_size_const
 from peak_tune.expr import evaluate_bool, evaluate_int
 from peak_tune.harness.noise import NoisePolicy, measure_steadily, timing_spread
 
-__all__ = ["Pipeline", "PipelineSetup", "check_sequence", "evaluate_built", "make_request",
+__all__ = ["Pipeline", "PipelineSetup", "evaluate_built", "make_request",
            "outcome_of_error", "seed_context"]
 
 log = logging.getLogger(__name__)
@@ -64,24 +65,6 @@ def seed_context(spec: KernelSpec, backend: str) -> KernelContext:
         kernel=spec.name, backend=backend, source=spec.sources[backend],
         entry=spec.entry[backend], launch=dict(spec.launch.get(backend, {})),
     )
-
-
-def check_sequence(
-    sequence: Sequence[str], transformations: Mapping[str, Transformation]
-) -> None:
-    """Raise InvalidPoint unless every step's requires/conflicts hold and none repeats."""
-    done: list[str] = []
-    for tid in sequence:
-        t = transformations[tid]
-        if tid in done:
-            raise InvalidPoint(f"{tid} applied twice")
-        missing = [r for r in t.requires if r not in done]
-        if missing:
-            raise InvalidPoint(f"{tid} requires {', '.join(missing)} before it")
-        clash = [c for c in t.conflicts if c in done]
-        if clash:
-            raise InvalidPoint(f"{tid} conflicts with {', '.join(clash)}")
-        done.append(tid)
 
 
 @dataclass(frozen=True)

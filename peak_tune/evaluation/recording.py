@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from peak_tune.catalog.sequences import check_sequence
 from peak_tune.core import KernelContext, Status
 from peak_tune.errors import ApplyError, InvalidPoint
-from peak_tune.evaluation.pipeline import check_sequence
 from peak_tune.session.tune import TuneSession
 
 __all__ = ["legal_sequences", "record_space"]

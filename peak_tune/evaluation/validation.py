@@ -10,13 +10,9 @@ run, and an element still equal to its poison was not written. Inputs are kept a
 so a check after the run can tell a stray write, a changed input, an unwritten output and
 a wrong value apart, each with a one-line message a user understands.
 
-Two checks: `check_outputs` compares every element with the float64 reference; when the
-spec declares its reference linear in an input (`projection`), `check_projected` compares
-random projections of the output (C v against A (B v), u C against (u A) B) in O(n^2),
-which is what makes checking every timed run affordable. Its bound is statistical: the
-per-element tolerance over the root-sum-square of the projected terms, so arithmetic
-that is wrong by more than the tolerance in most elements (TF32, fp16 accumulation,
-skipped work) fails it as it fails the full check.
+`check_outputs` compares every element with the float64 reference; where the spec
+declares its reference linear in an input, peak_tune.evaluation.projections checks
+random projections of the output instead, in O(n^2) (every timed run is checked so).
 
 The allowed error per element is `tolerance * error_scale + ulp(dtype) * |reference|`:
 the first term bounds accumulation in the dtype's precision in any summation order, the
@@ -38,25 +34,24 @@ from peak_tune.expr import evaluate, evaluate_bool, evaluate_int
 from peak_tune.harness.values import float_format, random_poison, spread_values
 
 __all__ = [
+    "ABS_FLOOR",
     "GUARD_BYTES",
     "Expected",
     "GuardedBuffer",
     "OutOfBounds",
     "Problem",
-    "Projection",
     "applicable_sizes",
     "check_outputs",
     "check_memory",
-    "check_projected",
     "compute_expected",
     "make_problem",
     "guard_elements",
     "numpy_dtype",
-    "project_expected",
-    "projectable",
+    "reference_names",
     "require_size_constraints",
     "size_label",
     "storage_bytes",
+    "tolerance_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -64,7 +59,7 @@ _log = logging.getLogger(__name__)
 GUARD_BYTES = 64 << 10  # guard bytes before and after every buffer: 16 pages
 _SENTINEL_BYTE = 0xA5  # the output guards' bit pattern, byte by byte
 _INPUT_PAD_BYTE = 0xFF  # the input guards': 0xFF..FF is a NaN in every float type
-_ABS_FLOOR = 1e-30  # absolute tolerance added to the relative one (scale 0 stays checkable)
+ABS_FLOOR = 1e-30  # absolute tolerance added to the relative one (scale 0 stays checkable)
 _DTYPES: dict[str, type[np.floating[Any]]] = {
     "float16": np.float16,
     "float32": np.float32,
@@ -313,17 +308,17 @@ class Expected:
 def compute_expected(problem: Problem) -> Expected:
     """spec.reference and the allowed error per element, in float64 over the inputs."""
     spec = problem.spec
-    tolerance = _tolerance(problem)
-    names = _reference_names(problem)
+    tolerance = tolerance_of(problem)
+    names = reference_names(problem)
     values = _per_output(problem, "reference", evaluate(spec.reference, names))
     scales = _per_output(problem, "error_scale", evaluate(spec.error_scale, names))
     epsilon = float_format(numpy_dtype(problem.dtype)).epsilon
-    bounds = {n: tolerance * np.abs(s) + epsilon * np.abs(values[n]) + _ABS_FLOOR
+    bounds = {n: tolerance * np.abs(s) + epsilon * np.abs(values[n]) + ABS_FLOOR
               for n, s in scales.items()}
     return Expected(values, bounds)
 
 
-def _tolerance(problem: Problem) -> float:
+def tolerance_of(problem: Problem) -> float:
     spec = problem.spec
     if problem.dtype not in spec.tolerances:
         raise CatalogError(spec.folder or spec.name, "tolerance",
@@ -331,7 +326,7 @@ def _tolerance(problem: Problem) -> float:
     return float(spec.tolerances[problem.dtype])
 
 
-def _reference_names(problem: Problem) -> dict[str, Any]:
+def reference_names(problem: Problem) -> dict[str, Any]:
     names: dict[str, Any] = {**problem.size.as_dict(), **problem.scalars}
     names.update({n: a.astype(np.float64) for n, a in problem.originals.items()})
     return names
@@ -410,107 +405,6 @@ def _check_output(buffer: GuardedBuffer, expected: Expected, at: str,
               f"({float(ratio[worst]):.3g} x the allowed error)\n"
               f"first elements off: {_examples(name, out, expected.values[name], off)}")
     raise WrongResult(message, detail=detail)
-
-
-# ---------------------------------------------------------------- projections
-
-
-@dataclass(frozen=True)
-class Projection:
-    """One random projection of a problem's output and what the reference gives for it.
-
-    side "right": `vector` runs over the output's last axis (C v); "left": over the
-    second-to-last (u C). `expected` is the reference's projection, `bound` the allowed
-    error of each projected element before the output-rounding term."""
-
-    output: str
-    side: str
-    vector: np.ndarray
-    expected: np.ndarray
-    bound: np.ndarray
-
-    def project(self, out: np.ndarray) -> np.ndarray:
-        if self.side == "right":
-            return out @ self.vector
-        return np.swapaxes(out, -1, -2) @ self.vector
-
-
-def projectable(spec: KernelSpec) -> bool:
-    """Whether the spec declares projections its outputs can be checked with."""
-    outputs = [a for a in spec.args if a.kind == "buffer" and a.intent != "in"]
-    return bool(spec.projection) and len(outputs) == 1 and len(outputs[0].shape) >= 2
-
-
-def project_expected(problem: Problem, seed: int,
-                     one_side: bool = False) -> tuple[Projection, ...]:
-    """The reference's projections for `problem` (spec.projection: side -> input the
-    reference is linear in), with random +-1 vectors from `seed`. O(n^2) for matmul.
-    `one_side`: only one of the declared sides, chosen at random (half the cost: either
-    side sees an error in any element)."""
-    spec = problem.spec
-    rng = np.random.default_rng(seed)
-    (output,) = problem.outputs
-    tolerance = _tolerance(problem)
-    sides = sorted(spec.projection.items())
-    if one_side:
-        sides = [sides[int(rng.integers(len(sides)))]]
-    names = _reference_names(problem)
-    found = []
-    for side, input_name in sides:
-        extent = output.shape[-1] if side == "right" else output.shape[-2]
-        vector = rng.choice(np.array([-1.0, 1.0]), extent)
-        ones = np.ones(extent)
-        data = names[input_name]
-        projected = dict(names)
-        projected[input_name] = _apply(side, data, vector)
-        expected = _squeeze(side, evaluate(spec.reference, projected))
-        projected[input_name] = _apply(side, np.abs(data), ones)
-        scale = _squeeze(side, evaluate(spec.error_scale, projected))
-        # root-sum-square of the per-element bounds, from their sum (all terms alike)
-        bound = tolerance * np.abs(scale) / np.sqrt(extent) + _ABS_FLOOR
-        found.append(Projection(output.arg.name, side, vector, expected, bound))
-    return tuple(found)
-
-
-def _apply(side: str, data: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    if side == "right":
-        return data @ vector[:, None]
-    return vector[None, :] @ data
-
-
-def _squeeze(side: str, value: Any) -> np.ndarray:
-    array = np.asarray(value, dtype=np.float64)
-    return array[..., 0] if side == "right" else array[..., 0, :]
-
-
-def check_projected(problem: Problem, projections: tuple[Projection, ...]) -> None:
-    """Raise WrongResult unless every projection of the output matches the reference's.
-    A failure is named element by element by the full check where that finds it."""
-    check_memory(problem)
-    epsilon = float_format(numpy_dtype(problem.dtype)).epsilon
-    converted: dict[str, np.ndarray] = {}
-    for projection in projections:
-        if projection.output not in converted:
-            converted[projection.output] = problem.buffer(projection.output).array.astype(
-                np.float64)
-        out = converted[projection.output]
-        got = projection.project(out)
-        rounding = 2 * epsilon * np.sqrt(_sum_squares(projection.side, out))
-        error = np.abs(got - projection.expected)
-        off = ~(error <= projection.bound + rounding)
-        if off.any():
-            check_outputs(problem, compute_expected(problem))  # names the elements
-            ratio = np.nan_to_num(error / (projection.bound + rounding), nan=np.inf)
-            axis = "rows" if projection.side == "right" else "columns"
-            raise WrongResult(
-                f"wrong result at {problem.label}: {int(off.sum())} of {off.size} "
-                f"{axis} of {projection.output} off in a random projection "
-                f"(worst {float(ratio.max()):.3g} x the allowed error)")
-
-
-def _sum_squares(side: str, out: np.ndarray) -> np.ndarray:
-    return np.einsum("...ij,...ij->...i" if side == "right" else "...ij,...ij->...j",
-                     out, out)
 
 
 def _examples(name: str, out: np.ndarray, expected: np.ndarray, off: np.ndarray,

@@ -47,17 +47,19 @@ from peak_tune.backends._wire import Timing, spec_to_wire
 from peak_tune.backends._worker import WorkerProcess
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import EvaluationError, KernelCrash, KernelTimeout, WrongResult
+from peak_tune.evaluation.projections import (
+    Projection,
+    check_projected,
+    project_expected,
+    projectable,
+)
 from peak_tune.evaluation.validation import (
     Problem,
-    Projection,
     check_outputs,
-    check_projected,
     compute_expected,
     guard_elements,
     make_problem,
     numpy_dtype,
-    project_expected,
-    projectable,
     storage_bytes,
 )
 from peak_tune.harness.arena import Arena

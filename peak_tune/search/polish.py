@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from peak_tune.catalog.sequences import why_illegal
 from peak_tune.catalog.types import Transformation
 from peak_tune.core import KernelContext, ParamDomain
 from peak_tune.expr import evaluate_bool
@@ -99,10 +100,7 @@ def step_neighbours(params: Mapping[str, Any], transformations: Mapping[str, Tra
                        if k != f"pos.{tid}" and not k.startswith(f"{tid}.")}
             yield {**dropped, f"use.{tid}": False}, f"without {tid}"
             continue
-        step = transformations[tid]
-        clash = any(c in used for c in step.conflicts) or any(
-            tid in transformations[u].conflicts for u in used)
-        if set(step.requires) <= used and not clash:
+        if not why_illegal(sorted(used), tid, transformations):  # it may come last
             yield {**params, f"use.{tid}": True, f"pos.{tid}": 1.0}, f"with {tid}"
 
 

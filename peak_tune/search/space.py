@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 import optuna
 
+from peak_tune.catalog.sequences import check_sequence
 from peak_tune.catalog.types import Transformation
 from peak_tune.core import KernelContext, ParamDomain
-from peak_tune.evaluation.pipeline import check_sequence
 
 __all__ = [
     "FixedEncoding",

@@ -6,23 +6,22 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from peak_tune.backends import BACKENDS
 from peak_tune.catalog.resolve import Catalog
+from peak_tune.catalog.roofline import ELEMENT_BYTES
+from peak_tune.catalog.sequences import check_sequence
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelSpec, ProblemSize, size_of
 from peak_tune.errors import InvalidPoint, UserError
-from peak_tune.evaluation.pipeline import check_sequence
 from peak_tune.expr import evaluate_int
 from peak_tune.session.config import TuneConfig
 
-__all__ = ["TuneTarget", "check_results_folder", "resolve_target"]
-
-_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-
+__all__ = ["KernelTarget", "TargetError", "TuneTarget", "check_results_folder",
+           "resolve_kernel_target", "resolve_target"]
 
 @dataclass(frozen=True)
 class TuneTarget:
@@ -33,22 +32,75 @@ class TuneTarget:
     transformations: dict[str, Transformation]
 
 
+class TargetError(UserError):
+    """A target that does not fit, and which of its parts ("kernel", "device",
+    "backend", "dtype", "sizes[i]"): a batch file names the key it came from."""
+
+    def __init__(self, part: str, message: str) -> None:
+        super().__init__(message)
+        self.part = part
+
+
+@dataclass(frozen=True)
+class KernelTarget:
+    """A kernel on a device through a backend, in one element type, at its sizes."""
+
+    spec: KernelSpec
+    device: DeviceProfile  # the catalog's profile (the backend's probe refines it)
+    backend: str
+    dtype: str
+    sizes: list[ProblemSize]
+
+
+def resolve_kernel_target(catalog: Catalog, kernel: str, device: str | None,
+                          backend: str | None, dtype: str,
+                          sizes: Sequence[Mapping[str, int] | str] = ()) -> KernelTarget:
+    """The one resolution of what is tuned, shared by a session, the workbench, MCP and
+    batch files: the kernel's spec, the device (cpu when neither it nor a GPU backend is
+    named), its backend (the device's unless given), the element type and the sizes (the
+    spec's default when none); TargetError naming the first part that does not fit."""
+    try:
+        spec = catalog.spec(kernel)
+    except UserError as exc:
+        raise TargetError("kernel", str(exc)) from None
+    try:
+        profile = catalog.device(device or _default_device(catalog, backend))
+    except UserError as exc:
+        raise TargetError("device", str(exc)) from None
+    chosen = backend or profile.backend
+    if chosen not in BACKENDS:
+        known = ", ".join(sorted(BACKENDS))
+        if backend is None:  # the device profile names a backend not built yet
+            raise TargetError("device", f"device {profile.name!r} needs the {chosen!r} "
+                                        f"backend, which this version does not have ({known})")
+        raise TargetError("backend", f"unknown backend {chosen!r} (available: {known})")
+    if dtype not in spec.dtypes:
+        raise TargetError("dtype", f"dtype {dtype!r} is not offered by {spec.name} "
+                                   f"(choose from {', '.join(spec.dtypes)})")
+    chosen_sizes = [_size(i, given, spec.size_symbols) for i, given in enumerate(sizes)]
+    return KernelTarget(spec, profile, chosen, dtype, chosen_sizes or [spec.default_size])
+
+
+def _size(index: int, given: Mapping[str, int] | str, symbols: tuple[str, ...]
+          ) -> ProblemSize:
+    if isinstance(given, str):
+        try:
+            return ProblemSize.of(size_of(given, symbols))
+        except ValueError as exc:
+            raise TargetError(f"sizes[{index}]", str(exc)) from None
+    if set(given) != set(symbols) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in given.values()):
+        raise TargetError(f"sizes[{index}]", f"size {dict(given)} does not name "
+                                             f"{', '.join(symbols)} with positive integers")
+    return ProblemSize.of({s: int(given[s]) for s in symbols})
+
+
 def resolve_target(config: TuneConfig) -> TuneTarget:
     """The target of `config`; UserError naming the first thing that does not fit."""
     catalog = Catalog.with_user_folders(config.catalogs)
-    spec = catalog.spec(config.kernel)
-    device = catalog.device(config.device or _default_device(catalog, config.backend))
-    backend = config.backend or device.backend
-    if backend not in BACKENDS:
-        known = ", ".join(sorted(BACKENDS))
-        if config.backend is None:  # the device profile names a backend not built yet
-            raise UserError(f"device {device.name!r} needs the {backend!r} "
-                            f"backend, which this version does not have ({known})")
-        raise UserError(f"unknown backend {backend!r} (available: {known})")
-    if config.dtype not in spec.dtypes:
-        raise UserError(f"dtype {config.dtype!r} is not offered by {spec.name} "
-                        f"(choose from {', '.join(spec.dtypes)})")
-    sizes = _sizes(config, spec.size_symbols, spec.default_size)
+    found = resolve_kernel_target(catalog, config.kernel, config.device, config.backend,
+                                  config.dtype, config.sizes)
+    spec, device, backend, sizes = found.spec, found.device, found.backend, found.sizes
     transformations = {t.id: t for t in catalog.transformations_for(
         spec.name, backend, config.dtype, device.vendor)}
     if backend not in spec.sources:
@@ -86,24 +138,6 @@ def check_results_folder(folder: Path) -> None:
         raise UserError(f"results folder {str(folder)!r} is not writable: {exc.strerror}") from exc
 
 
-def _sizes(config: TuneConfig, symbols: tuple[str, ...], default: ProblemSize
-           ) -> list[ProblemSize]:
-    if not config.sizes:
-        return [default]
-    sizes = []
-    for given in config.sizes:
-        if isinstance(given, str):
-            try:
-                sizes.append(ProblemSize.of(size_of(given, symbols)))
-            except ValueError as exc:
-                raise UserError(str(exc)) from None
-            continue
-        if set(given) != set(symbols):
-            raise UserError(f"size {given} does not name {', '.join(symbols)}")
-        sizes.append(ProblemSize.of({s: given[s] for s in symbols}))
-    return sizes
-
-
 def _check_fixed_sequence(sequence: tuple[str, ...],
                           transformations: Mapping[str, Transformation]) -> None:
     try:
@@ -116,7 +150,7 @@ def _check_host_memory(spec: KernelSpec, sizes: list[ProblemSize], dtype: str) -
     """A size whose buffers alone need more memory than this host has is refused before
     anything starts (the harness holds them, and a float64 reference, in host memory)."""
     have = _host_memory_bytes()
-    element = _ELEMENT_BYTES.get(dtype, 4)
+    element = ELEMENT_BYTES.get(dtype, 4)
     buffers = [a for a in spec.args if a.kind == "buffer"]
     for size in sizes:
         values = size.as_dict()

@@ -19,9 +19,10 @@ from typing import Any
 
 from peak_tune.appliers.base import Applier
 from peak_tune.appliers.wiring import AppliedWith, LLMJournal, wired_applier
-from peak_tune.backends import BACKENDS, make_backend
+from peak_tune.backends import make_backend
 from peak_tune.backends.base import Backend, EvalConfig
 from peak_tune.catalog.resolve import Catalog
+from peak_tune.catalog.sequences import check_sequence
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import (
     KernelContext,
@@ -30,11 +31,11 @@ from peak_tune.core import (
     Outcome,
     ProblemSize,
     Status,
-    size_of,
 )
 from peak_tune.errors import ApplyError, InvalidPoint, UserError
 from peak_tune.evaluation.cache import Cache
-from peak_tune.evaluation.pipeline import Pipeline, PipelineSetup, check_sequence, seed_context
+from peak_tune.evaluation.pipeline import Pipeline, PipelineSetup, seed_context
+from peak_tune.session.target import resolve_kernel_target
 from peak_tune.workbench.checkpoints import (
     SEED,
     Checkpoint,
@@ -208,17 +209,10 @@ class Workbench:
                 given.backend in (None, base.backend):
             given = given.over(Target(base.kernel, base.backend, base.device, base.dtype,
                                       base.size))
-        spec = self.catalog.spec(given.kernel or "matmul")
-        device = self.catalog.device(given.device or _default_device(given.backend))
-        backend = given.backend or device.backend
-        if backend not in BACKENDS:
-            raise UserError(f"unknown backend {backend!r} (available: "
-                            f"{', '.join(sorted(BACKENDS))})")
-        dtype = given.dtype or "float32"
-        if dtype not in spec.dtypes:
-            raise UserError(f"dtype {dtype!r} is not offered by {spec.name} "
-                            f"(choose from {', '.join(spec.dtypes)})")
-        return _Resolved(spec, device, backend, dtype, _size(spec, given.size))
+        found = resolve_kernel_target(self.catalog, given.kernel or "matmul", given.device,
+                                      given.backend, given.dtype or "float32",
+                                      [given.size] if given.size else [])
+        return _Resolved(found.spec, found.device, found.backend, found.dtype, found.sizes[0])
 
     def _pipeline(self, r: _Resolved) -> Pipeline:
         key = (r.spec.name, r.backend, r.device.name, r.dtype)
@@ -432,25 +426,6 @@ class Workbench:
     def restore(self, name: str) -> Checkpoint | None:
         """Make `name` the checkpoint the next apply starts from (None: the seed)."""
         return self.store.set_current(name)
-
-
-def _default_device(backend: str | None) -> str:
-    if backend in (None, "c"):
-        return "cpu"
-    raise UserError(f"--backend {backend} needs --device (see `peak-tune devices`)")
-
-
-def _size(spec: KernelSpec, given: Mapping[str, int] | str | None) -> ProblemSize:
-    if not given:
-        return spec.default_size
-    if isinstance(given, str):
-        try:
-            return ProblemSize.of(size_of(given, spec.size_symbols))
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-    if set(given) != set(spec.size_symbols):
-        raise UserError(f"size {dict(given)} does not name {', '.join(spec.size_symbols)}")
-    return ProblemSize.of({s: int(given[s]) for s in spec.size_symbols})
 
 
 def _for_variant(child: KernelContext, values: dict[str, int], sources: dict[str, str]

@@ -177,7 +177,7 @@ def test_warp_specialize_needs_wgmma(cuda_catalog, cuda_seed, h200):
     with pytest.raises(InvalidPoint, match="needs the warpgroup kernel of wgmma"):
         build(cuda_seed, (*PREFIX, "warp-specialize"), loose, h200)
     context = build(cuda_seed, SPECIALISED, cuda_catalog, h200)
-    with pytest.raises(InvalidPoint, match="already applied"):
+    with pytest.raises(InvalidPoint, match="applied twice"):
         apply_transformation(context, loose["warp-specialize"], h200)
 
 
@@ -299,7 +299,7 @@ def test_address_hoisting_needs_wgmma_and_changes_only_the_copies(
     hoisted = build(cuda_seed, KERNELS["wgmma hoisted"], cuda_catalog, h200)
     assert "pt_wg_copy_inside" in hoisted.source and "pt_wg_copy_inside" not in plain.source
     assert hoisted.launch == plain.launch and hoisted.constraints == plain.constraints
-    with pytest.raises(InvalidPoint, match="already applied"):
+    with pytest.raises(InvalidPoint, match="applied twice"):
         apply_transformation(hoisted, loose["address-hoisting"], h200)
 
 
@@ -311,7 +311,7 @@ def test_tma_needs_wgmma_and_asks_the_backend_for_two_maps(cuda_catalog, cuda_se
         build(cuda_seed, (*PREFIX, "tma"), loose, h200)
     plain = build(cuda_seed, WGMMA, cuda_catalog, h200)
     loaded = build(cuda_seed, KERNELS["wgmma tma"], cuda_catalog, h200)
-    with pytest.raises(InvalidPoint, match="already applied"):
+    with pytest.raises(InvalidPoint, match="applied twice"):
         apply_transformation(loaded, loose["tma"], h200)
     assert "tma_A" not in plain.source and "cp.async.bulk.tensor" not in plain.source
     assert "const void *__restrict__ tma_A, const void *__restrict__ tma_B)" in loaded.source

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from peak_tune.backends._amd_occupancy import occupancy
 from peak_tune.backends._hip_amd import (
     compile_code_object,
     device_library_folder,
@@ -29,7 +30,6 @@ from peak_tune.backends._hip_amd import (
     isa_version_number,
     kernel_resources,
     matrix_instructions,
-    occupancy,
 )
 from peak_tune.errors import (
     COMPILER_KILLED,

@@ -12,7 +12,7 @@ import pytest
 from peak_tune.backends import _hlsl_worker
 from peak_tune.catalog.loaders import load_spec
 from peak_tune.core import ProblemSize
-from peak_tune.evaluation.validation import check_projected
+from peak_tune.evaluation.projections import check_projected
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = ProblemSize.of({"M": 24, "N": 16, "K": 8})

@@ -45,8 +45,7 @@ def two_node_cluster() -> Iterator[str]:
         nodes.append(_ray_node(f"--address={address}"))
         yield address
     finally:
-        for node in nodes:
-            _stop(node)
+        _stop(*nodes)
 
 
 def test_a_run_on_a_two_node_cluster_uses_a_worker_on_each(two_node_cluster: str,
@@ -79,9 +78,22 @@ def _cluster_of_one(*args: str) -> tuple[str, subprocess.Popen[bytes]]:
     return f"127.0.0.1:{port}", node
 
 
-def _stop(node: subprocess.Popen[bytes]) -> None:
-    os.killpg(node.pid, signal.SIGTERM)
-    node.wait(timeout=60)
+def _stop(*nodes: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to every node's process group at once; what is still running after a few
+    seconds of Ray's own shutdown is killed (its graceful one took up to a minute)."""
+    for node in nodes:
+        os.killpg(node.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    for node in nodes:
+        try:
+            node.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(node.pid, signal.SIGKILL)  # raylet, GCS and workers share the group
+        except ProcessLookupError:
+            pass
+        node.wait(timeout=30)
 
 
 def _amd_study_refused(results: Path, *node_args: str) -> tuple[str, str]:

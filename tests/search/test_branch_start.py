@@ -9,8 +9,9 @@ import pytest
 
 from peak_tune.appliers.reference.cuda_matmul import apply_transformation
 from peak_tune.catalog.loaders import load_devices, load_spec, load_transformations
+from peak_tune.catalog.sequences import check_sequence
 from peak_tune.catalog.types import Transformation
-from peak_tune.evaluation.pipeline import check_sequence, seed_context
+from peak_tune.evaluation.pipeline import seed_context
 from peak_tune.expr import evaluate_bool
 from peak_tune.search.space import SubsetEncoding, branch_sequences, branch_trial_params
 from peak_tune.session.config import TuneConfig

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from peak_tune.appliers.base import derive_child
+from peak_tune.catalog.sequences import why_illegal
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext
 from peak_tune.errors import ApplyError, InvalidPoint
@@ -96,11 +97,6 @@ def check_sequence(context: KernelContext, transformation: Transformation) -> No
     tid = transformation.id
     if not transformation.applies_to(context.kernel, context.backend):
         raise InvalidPoint(f"{tid} is not for {context.backend}/{context.kernel}")
-    if tid in context.applied:
-        raise InvalidPoint(f"{tid} was already applied")
-    missing = [r for r in transformation.requires if r not in context.applied]
-    if missing:
-        raise InvalidPoint(f"{tid} requires {', '.join(missing)} first")
-    clashing = [c for c in transformation.conflicts if c in context.applied]
-    if clashing:
-        raise InvalidPoint(f"{tid} conflicts with {', '.join(clashing)}, applied before")
+    problem = why_illegal(context.applied, tid, {tid: transformation})
+    if problem:
+        raise InvalidPoint(problem)

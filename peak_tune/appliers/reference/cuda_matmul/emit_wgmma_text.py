@@ -1,0 +1,155 @@
+"""The fixed text of the Hopper warpgroup kernel (emit_wgmma prints the rest from the
+plan): the wgmma, descriptor, mbarrier, producer and TMA helpers as CUDA with inline
+PTX, and the one wgmma.mma_async statement per instruction shape."""
+
+from __future__ import annotations
+
+__all__ = ["MBARRIER", "PREAMBLE", "PRODUCER", "TMA", "WGMMA_SHAPES", "wgmma_function"]
+
+WGMMA_SHAPES = (64, 128, 256)  # the instruction N this module prints (WGMMA_N values)
+
+PREAMBLE = """\
+// wgmma (sm_90a): warpgroup MMAs m64nNk16 reading A and B from shared memory.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "wgmma needs the sm_90a target (Hopper): build this variant with -arch=sm_90a"
+#endif
+#define PT_WG_COLS (BLOCK_N / WGMMA_N) /* warpgroups along N */
+static_assert(BLOCK_M % 64 == 0 && BLOCK_N % WGMMA_N == 0, "warpgroup tiles (64 x WGMMA_N) "
+              "must cover the block tile");
+static_assert(WGMMA_N == 64 || WGMMA_N == 128 || WGMMA_N == 256, "WGMMA_N is 64, 128 or 256");
+static_assert(PT_TK % 64 == 0, "the 128-byte swizzle needs TILE_K_SIZE % 64 == 0");
+// Element offset of 16-byte chunk `ch` of row `r` in a swizzled tile of `rows` rows.
+__device__ __forceinline__ int pt_swz(int rows, int r, int ch) {
+    return (ch >> 3) * rows * 64 + r * 64 + (((ch & 7) ^ (r & 7)) << 3);
+}
+// Shared-memory matrix descriptor: start address, leading and stride byte offsets
+// (all >> 4), 128-byte swizzle (mode 1 in bits 62-63).
+__device__ __forceinline__ unsigned long long pt_wg_desc(const DTYPE *p, unsigned lbo,
+                                                         unsigned sbo) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    return static_cast<unsigned long long>((a & 0x3FFFF) >> 4)
+        | (static_cast<unsigned long long>((lbo >> 4) & 0x3FFF) << 16)
+        | (static_cast<unsigned long long>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void pt_wg_arrive() {
+    asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");
+}
+__device__ __forceinline__ void pt_wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void pt_wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\\n" :: "n"(PENDING) : "memory");
+}
+// Shared memory written by cp.async or plain stores is read next by the tensor cores
+// (the async proxy): each writing thread fences before the barrier.
+__device__ __forceinline__ void pt_fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across wgmma fences/waits.
+template <int R>
+__device__ __forceinline__ void pt_wg_fence_acc(float (&d)[R]) {
+    #pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}"""
+
+
+MBARRIER = """\
+// mbarriers in shared memory hand each stage from whoever fills it to the MMA
+// warpgroups (tile full) and, with warp-specialize, back (stage empty).
+__device__ __forceinline__ unsigned pt_smem_addr(const void *p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void pt_bar_init(unsigned long long *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: "r"(pt_smem_addr(bar)),
+                 "r"(count) : "memory");
+}
+// One arrival (release: this thread's earlier writes are visible to the waiters).
+__device__ __forceinline__ void pt_bar_arrive(unsigned long long *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\\n" :: "r"(pt_smem_addr(bar))
+                 : "memory");
+}
+// Wait until the phase of parity `parity` has completed (acquire).
+__device__ __forceinline__ void pt_bar_wait(unsigned long long *bar, unsigned parity) {
+    asm volatile("{\\n.reg .pred done;\\nPT_WAIT:\\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"
+                 "@!done bra PT_WAIT;\\n}\\n" :: "r"(pt_smem_addr(bar)), "r"(parity)
+                 : "memory");
+}"""
+
+PRODUCER = """\
+// warp-specialize: one arrival, made by the hardware once this thread's cp.async copies
+// issued so far have landed; the thread goes on at once.
+__device__ __forceinline__ void pt_bar_arrive_on_copies(unsigned long long *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\\n"
+                 :: "r"(pt_smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void pt_cp_wait_all() {
+    asm volatile("cp.async.wait_all;\\n" ::: "memory");
+}
+// A barrier of the MMA warpgroups alone (named barrier 1; the producer has left).
+__device__ __forceinline__ void pt_consumers_sync() {
+    asm volatile("bar.sync 1, %0;\\n" :: "n"(PT_CONSUMERS * 128) : "memory");
+}"""
+
+TMA = """\
+// tma: the Tensor Memory Accelerator copies a whole box, a 64-element (128-byte) slab of
+// BLOCK_M or PT_TK rows, swizzled as the stages are, from a tensor map that the backend
+// encodes (launch keys tma_A, tma_B) and passes in global memory; the stage's mbarrier
+// counts the bytes that have landed. Elements outside the matrix arrive as zeros.
+__device__ __forceinline__ void pt_tma_acquire(const void *map) {
+    // the maps were copied from the host before the launch
+    asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\\n" :: "l"(map)
+                 : "memory");
+}
+__device__ __forceinline__ void pt_bar_expect(unsigned long long *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n"
+                 :: "r"(pt_smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void pt_tma_load(DTYPE *dst, const void *map, int col, int row,
+                                            unsigned long long *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+                 ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\\n"
+                 :: "r"(pt_smem_addr(dst)), "l"(map), "r"(col), "r"(row),
+                 "r"(pt_smem_addr(bar)) : "memory");
+}
+// The A and B tiles at k0 into `stage`; `bar` completes when all their bytes have landed.
+__device__ __forceinline__ void pt_tma_tiles(DTYPE *stage, const void *ma, const void *mb,
+                                             int bm, int bn, int k0, unsigned long long *bar) {
+    pt_bar_expect(bar, (PT_A_TILE + PT_B_TILE) * sizeof(DTYPE));
+    #pragma unroll
+    for (int i = 0; i < PT_TK / 64; ++i)
+        pt_tma_load(stage + i * (BLOCK_M * 64), ma, k0 + i * 64, bm, bar);
+    #pragma unroll
+    for (int j = 0; j < BLOCK_N / 64; ++j)
+        pt_tma_load(stage + PT_A_TILE + j * (PT_TK * 64), mb, bn + j * 64, k0, bar);
+}"""
+
+
+def _wgmma_asm(n: int, kind: str) -> str:
+    """One wgmma.mma_async m64{n}k16 statement: A K-major, B N-major (imm-trans-b 1)."""
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    text = (f'"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n'
+            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} '
+            f'{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}\\n"')
+    constraints = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return (f"asm volatile({text}\n"
+            f"                     : {constraints}\n"
+            f'                     : "l"(da), "l"(db), "r"(1));')
+
+
+def wgmma_function() -> str:
+    lines = ["// d (64 x N per warpgroup, fp32) += A (64 x 16, descriptor da) * B (16 x N, da).",
+             "template <int N>",
+             "__device__ __forceinline__ void pt_wgmma(float (&d)[N / 2], unsigned long long da,",
+             "                                         unsigned long long db) {"]
+    for index, n in enumerate(WGMMA_SHAPES):
+        head = "if" if index == 0 else "} else if"
+        lines.append(f"    {head} constexpr (N == {n}) {{")
+        lines.append("        if constexpr (pt_is_bf16<DTYPE>::value)")
+        lines.append("            " + _wgmma_asm(n, "bf16"))
+        lines.append("        else")
+        lines.append("            " + _wgmma_asm(n, "f16"))
+    lines += ["    }", "}"]
+    return "\n".join(lines)
