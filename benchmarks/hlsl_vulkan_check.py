@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,6 +41,41 @@ LAUNCH = {"grid_x": "ceil_div(N, group_x)", "grid_y": "ceil_div(M, group_y)"}
 # subgroups' tiles of 16 x 16: (TILES_M, TILES_N)
 COOPMAT_TILES = ((1, 1), (2, 2), (4, 2), (2, 4), (4, 4))
 COOPMAT_CHECKS = (ProblemSize.of({"M": 128, "N": 128, "K": 48}),)  # multiples of 64, 16
+
+
+# The reference applier's cooperative-matrix step after the steps around it, at a few
+# points: (sequence, BLOCK_M, BLOCK_N, TILE_K_SIZE, WAVES_M, WAVES_N); validated at the
+# spec's odd check sizes too (the groupshared tiles zero what lies outside the matrix)
+REFERENCE_COOPMAT = (
+    (("refactor", "tb-tiling", "cooperative-matrix"), 64, 64, 32, 2, 2),
+    (("refactor", "tb-tiling", "cooperative-matrix"), 128, 128, 32, 2, 2),
+    (("refactor", "tb-tiling", "cooperative-matrix"), 128, 256, 32, 2, 4),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "cooperative-matrix",
+      "block-swizzle"), 128, 128, 32, 2, 2),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "cooperative-matrix",
+      "block-swizzle"), 128, 256, 64, 2, 4),
+    (("refactor", "block-swizzle", "tb-tiling", "vector-loads", "interior-tiles",
+      "cooperative-matrix"), 128, 128, 32, 4, 2),
+)
+
+
+def _reference_coopmat(gpu: Any, checks: tuple[ProblemSize, ...]) -> list[tuple[Any, ...]]:
+    from peak_tune.appliers.reference import ReferenceApplier
+    from peak_tune.catalog.resolve import Catalog
+    from peak_tune.evaluation.pipeline import seed_context
+
+    catalog = Catalog.with_user_folders()
+    rows = []
+    for sequence, bm, bn, tk, wm, wn in REFERENCE_COOPMAT:
+        context = seed_context(catalog.spec("matmul"), "hlsl")
+        for tid in sequence:
+            context = ReferenceApplier().apply(context, catalog.transformation(tid), gpu)
+        values = {"BLOCK_M": bm, "BLOCK_N": bn, "TILE_K_SIZE": tk, "WAVES_M": wm,
+                  "WAVES_N": wn, "SWIZZLE_GROUP": 8}
+        params = {p.name: values[p.name] for p in context.params}
+        label = f"reference {'>'.join(s[:8] for s in sequence[2:])} {bm}x{bn}x{tk} {wm}x{wn}"
+        rows.append((label, context.source, params, dict(context.launch), checks))
+    return rows
 
 
 def _commit() -> str:
@@ -75,6 +111,7 @@ def main() -> int:
                      {"WAVE": 32, "TILES_M": tm, "TILES_N": tn},
                      {"grid_x": f"ceil_div(N, {16 * tn})", "grid_y": f"ceil_div(M, {16 * tm})"},
                      COOPMAT_CHECKS) for tm, tn in COOPMAT_TILES]
+        shaders += _reference_coopmat(gpu, spec.check_sizes)
     rows = []
     build = tempfile.mkdtemp(prefix="peak-tune-hlsl-check-")
     with HlslBackend(through_vulkan) as hlsl, CudaBackend(gpu) as cuda:

@@ -34,6 +34,17 @@ CHECKS = (ProblemSize.of({"M": 13, "N": 11, "K": 17}),)
 CONFIG = EvalConfig(timeout_s=60.0, warmup=1, repeats=2, max_timing_s=5.0)
 needs_compiler = pytest.mark.skipif(not COMPILERS_HERE, reason="no HLSL compiler on PATH")
 needs_vulkan = pytest.mark.skipif(_no_vulkan() is not None, reason=f"no Vulkan: {_no_vulkan()}")
+# the steps every Vulkan device has (cooperative-matrix needs a device that offers them)
+SIMT_STEPS = tuple(t for t in HLSL_STEPS if t != "cooperative-matrix")
+COOPMAT_SEQUENCES = (
+    ["refactor", "tb-tiling", "cooperative-matrix"],
+    ["refactor", "tb-tiling", "register-staging", "double-buffer", "cooperative-matrix",
+     "block-swizzle"],
+    ["refactor", "block-swizzle", "tb-tiling", "vector-loads", "interior-tiles",
+     "cooperative-matrix"],
+)
+COOPMAT_PARAMS = {"BLOCK_M": 64, "BLOCK_N": 128, "TILE_K_SIZE": 32, "WAVES_M": 2,
+                  "WAVES_N": 2, "SWIZZLE_GROUP": 4}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +87,7 @@ def random_orders(catalog: Catalog, count: int, seed_: int = 7) -> Iterator[list
     """Legal sequences of all the HLSL steps, in random orders (a step once all it
     requires is in, none after one it conflicts with, warp-tiling after thread-tiling)."""
     rng = random.Random(seed_)
-    steps: dict[str, Transformation] = {t: catalog.transformation(t) for t in HLSL_STEPS}
+    steps: dict[str, Transformation] = {t: catalog.transformation(t) for t in SIMT_STEPS}
     for _ in range(count):
         order: list[str] = []
         while len(order) < len(steps):
@@ -158,7 +169,7 @@ def test_every_variant_compiles_to_valid_spirv(catalog, lavapipe, compiler, tmp_
         chosen = find_compiler(compiler)
     except BackendUnavailable as exc:
         pytest.skip(f"no {compiler} to build the variants with: {exc}")
-    sequences = [with_requirements(catalog, t) for t in HLSL_STEPS]
+    sequences = [with_requirements(catalog, t) for t in SIMT_STEPS]
     sequences += list(random_orders(catalog, 4))
     for index, sequence in enumerate(sequences):
         context = applied(catalog, lavapipe, sequence)
@@ -179,7 +190,7 @@ def test_every_variant_compiles_to_valid_spirv(catalog, lavapipe, compiler, tmp_
 @pytest.mark.hlsl
 def test_every_step_and_random_orders_validate_on_the_vulkan_device(catalog, lavapipe,
                                                                     tmp_path):
-    sequences = [with_requirements(catalog, t) for t in HLSL_STEPS]
+    sequences = [with_requirements(catalog, t) for t in SIMT_STEPS]
     sequences += list(random_orders(catalog, 2, seed_=11))
     spec = catalog.spec("matmul")
     speeds = {}
@@ -210,3 +221,53 @@ def test_the_papers_sequence_validates_in_fp16(catalog, lavapipe, tmp_path):
         request = EvalRequest(spec=catalog.spec("matmul"), context=context, params=params,
                               dtype="float16", size=SIZE, check_sizes=CHECKS, config=CONFIG)
         assert backend.evaluate(artifact, request).gflops > 0
+
+
+# ---------------------------------------------------------------- cooperative matrices
+
+
+def test_cooperative_matrix_replaces_the_simt_tiles_where_the_device_has_them(catalog):
+    h200 = catalog.device("h200")
+    shaders = [applied(catalog, h200, sequence) for sequence in COOPMAT_SEQUENCES]
+    first = shaders[0]
+    assert "using namespace linalg;" in first.source
+    assert "acc[i][j] = coopMatMulAdd<float, false>(a[i], b[j], acc[i][j]);" in first.source
+    assert "TileA.Load<CoopMatMatrixLayout::RowMajor>(pt_smem, as + (wr + 16 * i) * PT_LDA" \
+        in first.source
+    assert "if (r < M && c < N) C[r * N + c] = pt_out[slot + e];" in first.source
+    assert {"WAVES_M", "WAVES_N"} <= {p.name for p in first.params}
+    assert "BLOCK_M % (16 * WAVES_M) == 0" in first.constraints
+    assert "32 * WAVES_M * WAVES_N <= 1024" in first.constraints  # the H200's subgroups
+    assert len({s.source for s in shaders}) == len(shaders)  # the steps around it show
+    offered = {t.id for t in catalog.transformations_for("matmul", "hlsl", "float32")}
+    assert "cooperative-matrix" not in offered  # fp16 only
+    step = catalog.transformation("cooperative-matrix")
+    applier = ReferenceApplier()
+    with pytest.raises(InvalidPoint, match="names none"):
+        applied(catalog, catalog.device("lavapipe"), COOPMAT_SEQUENCES[0])
+    threads = applied(catalog, h200, ["refactor", "tb-tiling", "thread-tiling"])
+    with pytest.raises(InvalidPoint, match="cooperative-matrix conflicts with thread-tiling"):
+        applier.apply(threads, step, h200)
+    with pytest.raises(InvalidPoint, match="coopmat and transpose_a exclude each other"):
+        applier.apply(first, catalog.transformation("transpose"), h200)
+
+
+@pytest.mark.hlsl
+def test_cooperative_matrix_variants_build_with_slang(catalog, tmp_path):
+    """Slang compiles them to SPIR-V that spirv-val accepts, with the cooperative-matrix
+    capability and one subgroup of 32 lanes per 16 x 16 tile grid cell (WAVES_M x
+    WAVES_N); lavapipe cannot run them, the H200 does (benchmarks/hlsl_matmul.py)."""
+    try:
+        slang = find_compiler("slang")
+    except BackendUnavailable as exc:
+        pytest.skip(f"no slang to build the cooperative-matrix variants with: {exc}")
+    h200 = catalog.device("h200")
+    for index, sequence in enumerate(COOPMAT_SEQUENCES):
+        context = applied(catalog, h200, sequence)
+        names = {p.name for p in context.params}
+        defines = {"DTYPE": "half", "ACC": "float", "PT_WAVE_SIZE": 32,
+                   **{k: v for k, v in COOPMAT_PARAMS.items() if k in names}}
+        _, found = compile_spirv(slang, context.source, defines, tmp_path / f"{index}.spv",
+                                 sixteen_bit=True)
+        assert found.threads == 32 * 2 * 2, sequence
+        assert "CooperativeMatrixKHR" in found.capabilities, sequence

@@ -19,7 +19,7 @@ __all__ = ["emit_accumulators", "emit_compute_direct", "emit_compute_tile", "emi
 
 
 def position_macros(plan: Plan) -> list[str]:
-    if plan.mma or plan.mfma:
+    if plan.mma or plan.mfma or plan.coopmat:
         return []
     if plan.strided:
         return ["#define PT_CH THREAD_CHUNK /* thread-chunk: runs of PT_CH outputs, strided */",

@@ -62,7 +62,7 @@ def macros_used(plan: Plan) -> tuple[str, ...]:
         used.append("MIN_BLOCKS_PER_SM")
     if plan.wgmma:
         used.append("WGMMA_N")
-    if plan.mfma:
+    if plan.mfma or plan.coopmat:
         used += ["WAVES_M", "WAVES_N"]
     return tuple(used)
 
@@ -95,6 +95,16 @@ def derived_macros(plan: Plan) -> list[str]:
             "#define PT_MFMA_M (PT_WAVE_M / 32) /* 32 x 32 MFMA tiles per wave along M */",
             "#define PT_MFMA_N (PT_WAVE_N / 32)",
             "#define PT_THREADS (64 * WAVES_M * WAVES_N) /* waves of 64 lanes */",
+        ]
+    elif plan.coopmat:
+        lines += [
+            "#define PT_SUB_M (BLOCK_M / WAVES_M) /* a subgroup's tile rows: PT_CM_M tiles */",
+            "#define PT_SUB_N (BLOCK_N / WAVES_N) /* a subgroup's tile columns: PT_CM_N */",
+            "#define PT_CM_M (PT_SUB_M / 16) /* 16 x 16 cooperative-matrix tiles along M */",
+            "#define PT_CM_N (PT_SUB_N / 16)",
+            "#define PT_THREADS_X (PT_WAVE_SIZE * WAVES_M * WAVES_N) /* subgroups of lanes */",
+            "#define PT_THREADS_Y 1",
+            "#define PT_THREADS (PT_THREADS_X * PT_THREADS_Y)",
         ]
     elif plan.mma:
         lines += [
@@ -147,6 +157,8 @@ def threads_expression(plan: Plan) -> str:
         return "128 * (BLOCK_M // 64) * (BLOCK_N // WGMMA_N)"
     if plan.mfma:
         return "64 * WAVES_M * WAVES_N"
+    if plan.coopmat:
+        return "PT_WAVE_SIZE * WAVES_M * WAVES_N"
     if plan.mma:
         m = "(16 * TENSOR_TILE_M)" if plan.mma_tiles else "16"
         n = "(8 * TENSOR_TILE_N)" if plan.mma_tiles else "8"

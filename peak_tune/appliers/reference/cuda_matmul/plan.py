@@ -39,8 +39,8 @@ from peak_tune.errors import ApplyError
 
 from ..change import read_state
 
-__all__ = ["AMD_ONLY", "FORMAT", "HLSL_PARTS", "NAIVE", "NAIVE_HIP", "NAIVE_HLSL", "NVIDIA_ONLY",
-           "Plan", "dump_plan", "load_plan", "structure_problem"]
+__all__ = ["AMD_ONLY", "FORMAT", "HLSL_ONLY", "HLSL_PARTS", "NAIVE", "NAIVE_HIP", "NAIVE_HLSL",
+           "NVIDIA_ONLY", "Plan", "dump_plan", "load_plan", "structure_problem"]
 
 FORMAT = "peak-tune/reference/cuda-matmul/1"
 
@@ -76,6 +76,9 @@ class Plan:
     hip: bool = False  # printed as HIP (the seed was naive.hip), not CUDA: see emit.py
     mfma: bool = False  # mfma: waves compute 32 x 32 MFMA tiles (AMD CDNA, HIP only)
     hlsl: bool = False  # printed as an HLSL compute shader (the seed was naive.hlsl)
+    # cooperative-matrix: subgroups compute 16 x 16 tiles with Vulkan's cooperative
+    # matrices (HLSL printed as Slang, which compiles them)
+    coopmat: bool = False
 
 
     def but(self, **changes: bool) -> Plan:
@@ -90,7 +93,7 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
-          "hlsl")
+          "hlsl", "coopmat")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
                "tma")
@@ -101,7 +104,9 @@ AMD_ONLY = ("mfma",)
 # compute does not give.
 HLSL_PARTS = ("tiled", "shared", "thread_tile", "thread_cache", "strided", "transpose_a",
               "padded", "vector_a", "vector_b", "staging", "double_buffer", "swizzle",
-              "interior", "warp_tile", "hlsl")
+              "interior", "warp_tile", "hlsl", "coopmat")
+# Parts only an HLSL shader has (Vulkan's cooperative matrices): not in CUDA or HIP.
+HLSL_ONLY = ("coopmat",)
 
 
 def dump_plan(plan: Plan) -> str:
@@ -149,6 +154,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("hoisted", "wgmma"),
     ("tma", "wgmma"),
     ("mfma", "shared"),
+    ("coopmat", "shared"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),
@@ -161,6 +167,10 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("wgmma", "interior"),  # its copies have their own (address-hoisting)
     ("mfma", "thread_tile"),
     ("mfma", "warp_tile"),
+    ("coopmat", "thread_tile"),
+    ("coopmat", "warp_tile"),
+    ("coopmat", "transpose_a"),  # its A tiles load row-major from the groupshared tile
+    ("coopmat", "padded"),  # its loads want 16-byte aligned rows
 )
 
 
@@ -176,13 +186,13 @@ def structure_problem(plan: Plan) -> str:
             if getattr(plan, part) and part not in HLSL_PARTS:
                 return f"{part} has no HLSL form"
     elif plan.hip:
-        for part in NVIDIA_ONLY:
+        for part in (*NVIDIA_ONLY, *HLSL_ONLY):
             if getattr(plan, part):
-                return f"{part} is NVIDIA-only (not in HIP)"
+                return f"{part} is not in HIP"
     else:
-        for part in AMD_ONLY:
+        for part in (*AMD_ONLY, *HLSL_ONLY):
             if getattr(plan, part):
-                return f"{part} is AMD-only (HIP, not CUDA)"
+                return f"{part} is not in CUDA"
     for part, needed in _NEEDS:
         if getattr(plan, part) and not getattr(plan, needed):
             return f"{part} needs {needed}"

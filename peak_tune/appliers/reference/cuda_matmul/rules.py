@@ -307,6 +307,30 @@ def mfma(plan: Plan, device: DeviceProfile) -> Change:
     return Change(child, ties)
 
 
+def cooperative_matrix(plan: Plan, device: DeviceProfile) -> Change:
+    """Subgroups compute 16 x 16 tiles with Vulkan's cooperative matrices: HLSL only, on a
+    device whose profile names them (facts.cooperative_matrix)."""
+    _shared(plan, "cooperative-matrix")
+    _once(plan.coopmat, "cooperative-matrix: the kernel already uses cooperative matrices")
+    if not plan.hlsl:
+        raise InvalidPoint("cooperative-matrix is Vulkan's: it applies to HLSL shaders")
+    _once(plan.thread_tile or plan.warp_tile, "cooperative-matrix replaces the SIMT thread "
+                                              "and warp tiles; apply it instead of them")
+    shapes = str(device.facts.get("cooperative_matrix", ""))
+    if "16x16x16" not in shapes:
+        raise InvalidPoint(f"cooperative-matrix needs 16x16x16 fp16 cooperative matrices; "
+                           f"device {device.name!r} names none (facts.cooperative_matrix)")
+    child = plan.but(coopmat=True)
+    wave = device.wave_size
+    # each subgroup keeps PT_CM_M x PT_CM_N fp32 tiles of 16 x 16 (256 / wave per lane)
+    tiles = "(BLOCK_M // (16 * WAVES_M)) * (BLOCK_N // (16 * WAVES_N))"
+    ties = ("BLOCK_M % (16 * WAVES_M) == 0", "BLOCK_N % (16 * WAVES_N) == 0",
+            "TILE_K_SIZE % 16 == 0",
+            f"{wave} * WAVES_M * WAVES_N <= {_fact(device, 'max_threads_per_group', 1024)}",
+            f"{tiles} * {256 // wave} <= 128")
+    return Change(child, ties)
+
+
 def _mfma_accumulators(device: DeviceProfile) -> str:
     # 16 fp32 accumulators per lane per 32 x 32 tile, held for the whole K loop: more than
     # the AGPRs (on gfx90a and gfx942 at most half the unified 512-register file) cannot
@@ -354,4 +378,5 @@ RULES: Mapping[str, Rule] = {
     "address-hoisting": address_hoisting,
     "tma": tma,
     "mfma": mfma,
+    "cooperative-matrix": cooperative_matrix,
 }

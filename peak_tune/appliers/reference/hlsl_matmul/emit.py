@@ -55,12 +55,18 @@ def emit_shader(plan: Plan, entry: str) -> str:
         writer.line("const int tid = (int)(thread.y * PT_THREADS_X + thread.x);")
         _thread_position(writer, plan)
         writer.line("const int k_lo = 0, k_hi = K;")
-        emit_accumulators(writer, plan)
+        if plan.coopmat:
+            _coopmat_accumulators(writer)
+        else:
+            emit_accumulators(writer, plan)
         if plan.shared:
             _k_loops(writer, plan)
         else:
             _compute_direct(writer, plan)
-        _epilogue(writer)
+        if plan.coopmat:
+            _coopmat_epilogue(writer)
+        else:
+            _epilogue(writer)
     return writer.text()
 
 
@@ -73,9 +79,15 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
         writer.lines(f"#ifndef {macro}", f'#error "{macro} must be defined (-D{macro}=...)"',
                      "#endif")
     writer.lines(*derived_macros(plan), *position_macros(plan))
-    writer.raw("#if BLOCK_M % PT_TRD_Y != 0 || BLOCK_N % PT_TRD_X != 0\n"
-               '#error "thread tiles must cover the block tile"\n'
-               "#endif")
+    if plan.coopmat:
+        writer.raw("#if BLOCK_M % (16 * WAVES_M) != 0 || BLOCK_N % (16 * WAVES_N) != 0 || "
+                   "PT_TK % 16 != 0\n"
+                   '#error "16 x 16 cooperative-matrix tiles must cover the subgroup tiles"\n'
+                   "#endif")
+    else:
+        writer.raw("#if BLOCK_M % PT_TRD_Y != 0 || BLOCK_N % PT_TRD_X != 0\n"
+                   '#error "thread tiles must cover the block tile"\n'
+                   "#endif")
     if plan.warp_tile:
         writer.raw("#ifndef PT_WAVE_SIZE\n"
                    '#error "PT_WAVE_SIZE (the subgroup size) is set by the HLSL backend"\n'
@@ -98,11 +110,21 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
         if plan.vector_b:
             writer.line("[[vk::binding(1)]] StructuredBuffer<PT_DTYPE4> B4;")
     writer.line("")
+    if plan.coopmat:
+        _coopmat_types(writer)
     if plan.shared:
         emit_copy_helpers(writer, plan)
 
 
 def _thread_position(writer: HlslWriter, plan: Plan) -> None:
+    if plan.coopmat:
+        writer.lines(
+            "// cooperative-matrix: subgroup `wave` (one value for all its lanes) computes",
+            "// the PT_SUB_M x PT_SUB_N tile at (wr, wc) of the block tile.",
+            "const int wave = (int)WaveReadLaneFirst((uint)tid / PT_WAVE_SIZE);",
+            "const int lane = tid - wave * PT_WAVE_SIZE;",
+            "const int wr = wave / WAVES_N * PT_SUB_M, wc = wave % WAVES_N * PT_SUB_N;")
+        return
     if not plan.warp_tile:
         writer.line("const int tx = tid % PT_THREADS_X, ty = tid / PT_THREADS_X;")
         return
@@ -153,6 +175,60 @@ def _epilogue(writer: HlslWriter) -> None:
             writer.line("if (r < M && c < N) C[r * N + c] = (DTYPE)acc[i][j];")
 
 
+# ------------------------------------------------------------------ cooperative matrices
+
+
+def _coopmat_types(writer: HlslWriter) -> None:
+    writer.lines(
+        "// cooperative-matrix: Vulkan's subgroup matrices (Slang's linalg module, printed",
+        "// as Slang: only Slang compiles them), 16 x 16 x 16 with fp32 accumulation.",
+        "using namespace linalg;",
+        "typealias TileA = CoopMat<DTYPE, MemoryScope.Subgroup, 16, 16, "
+        "CoopMatMatrixUse::MatrixA>;",
+        "typealias TileB = CoopMat<DTYPE, MemoryScope.Subgroup, 16, 16, "
+        "CoopMatMatrixUse::MatrixB>;",
+        "typealias Sum = CoopMat<float, MemoryScope.Subgroup, 16, 16, "
+        "CoopMatMatrixUse::MatrixAccumulator>;",
+        "typealias Out = CoopMat<DTYPE, MemoryScope.Subgroup, 16, 16, "
+        "CoopMatMatrixUse::MatrixAccumulator>;",
+        "groupshared DTYPE pt_out[WAVES_M * WAVES_N * 256]; // a 16 x 16 slot per subgroup",
+        "")
+
+
+def _coopmat_accumulators(writer: HlslWriter) -> None:
+    writer.line("Sum acc[PT_CM_M][PT_CM_N];")
+    with writer.unrolled("i", "PT_CM_M"), writer.unrolled("j", "PT_CM_N"):
+        writer.line("acc[i][j] = Sum(0.0);")
+
+
+def _coopmat_tile(writer: HlslWriter, a_tile: str, b_tile: str) -> None:
+    """One groupshared K tile: PT_TK / 16 steps of the subgroup's tile products."""
+    writer.line("[unroll]")
+    with writer.block("for (int kk = 0; kk < PT_TK; kk += 16)"):
+        writer.line("TileA a[PT_CM_M];")
+        writer.line("TileB b[PT_CM_N];")
+        with writer.unrolled("i", "PT_CM_M"):
+            writer.line(f"a[i] = TileA.Load<CoopMatMatrixLayout::RowMajor>(pt_smem, {a_tile} "
+                        "+ (wr + 16 * i) * PT_LDA + kk, PT_LDA);")
+        with writer.unrolled("j", "PT_CM_N"):
+            writer.line(f"b[j] = TileB.Load<CoopMatMatrixLayout::RowMajor>(pt_smem, {b_tile} "
+                        "+ kk * PT_LDB + wc + 16 * j, PT_LDB);")
+        with writer.unrolled("i", "PT_CM_M"), writer.unrolled("j", "PT_CM_N"):
+            writer.line("acc[i][j] = coopMatMulAdd<float, false>(a[i], b[j], acc[i][j]);")
+
+
+def _coopmat_epilogue(writer: HlslWriter) -> None:
+    writer.lines("// Each tile through the subgroup's groupshared slot to C, in bounds only.",
+                 "const int slot = wave * 256;")
+    with writer.unrolled("i", "PT_CM_M"), writer.unrolled("j", "PT_CM_N"):
+        writer.line("Out(acc[i][j]).Store<CoopMatMatrixLayout::RowMajor>(pt_out, slot, 16);")
+        writer.line(_BARRIER)
+        with writer.block("for (int e = lane; e < 256; e += PT_WAVE_SIZE)"):
+            writer.line("const int r = bm + wr + 16 * i + e / 16, c = bn + wc + 16 * j + e % 16;")
+            writer.line("if (r < M && c < N) C[r * N + c] = pt_out[slot + e];")
+        writer.line(_BARRIER)
+
+
 # ------------------------------------------------------------------ the K loop
 
 
@@ -175,7 +251,7 @@ def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
         with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
             writer.lines(copy_call(a, "copy", "as", "k0", vec, edge),
                          copy_call(b, "copy", "bs", "k0", vec, edge), _BARRIER)
-            emit_compute_tile(writer, plan, "as", "bs")
+            _compute_tile(writer, plan, "as", "bs")
             writer.line(_BARRIER)
         return
     if not plan.double_buffer:
@@ -195,8 +271,15 @@ def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
         with writer.block("if (k0 + PT_TK < k_hi)"):
             writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
-        emit_compute_tile(writer, plan, "as", "bs")
+        _compute_tile(writer, plan, "as", "bs")
         writer.line(_BARRIER)
+
+
+def _compute_tile(writer: HlslWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
+    if plan.coopmat:
+        _coopmat_tile(writer, a_tile, b_tile)
+    else:
+        emit_compute_tile(writer, plan, a_tile, b_tile)
 
 
 def _loop_double_buffered(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
@@ -210,7 +293,7 @@ def _loop_double_buffered(writer: HlslWriter, plan: Plan, vec: str, edge: str) -
         with writer.block("if (more)"):
             writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
-        emit_compute_tile(writer, plan, "as", "bs")
+        _compute_tile(writer, plan, "as", "bs")
         with writer.block("if (more)"):
             writer.lines(put_call(a, "PT_STAGE((t + 1) & 1)", "ra", vec),
                          put_call(b, "PT_STAGE((t + 1) & 1) + PT_A_TILE", "rb", vec))
