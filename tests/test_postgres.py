@@ -85,7 +85,7 @@ def test_killed_driver_resumes_without_repeating_a_finished_trial(postgres_url, 
     assert len(before) >= 3, "the driver finished too few trials before it was killed"
     assert all(t.state.is_finished() for t in before)  # a killed driver leaves none RUNNING
 
-    resumed = peak("--trials", "3", *args, "--json")
+    resumed = peak("--trials", str(len(before) + 3), *args, "--json")  # in all: 3 more
     assert resumed.returncode == 0, resumed.stderr
     data = last_json(resumed.stdout)
     assert data["study"] == "killed" and data["trials"]["total"] == len(before) + 3

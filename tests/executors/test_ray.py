@@ -172,8 +172,8 @@ def test_a_killed_driver_resumes_without_repeating_finished_trials(tmp_path: Pat
     before = optuna.load_study(study_name="resumable", storage=storage).trials
     assert len(before) >= 5
     assert all(t.state is not optuna.trial.TrialState.RUNNING for t in before)
-    resumed = subprocess.run([*command, "--trials", "3"], capture_output=True, text=True,
-                             timeout=300)
+    resumed = subprocess.run([*command, "--trials", str(len(before) + 3)],  # 3 more
+                             capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     after = optuna.load_study(study_name="resumable", storage=storage).trials
     assert len(after) == len(before) + 3
