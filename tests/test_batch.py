@@ -119,7 +119,7 @@ def test_a_failing_study_is_reported_and_the_others_run(tmp_path):
         ("[matrix]\nsizes = [64, 'big']\n", "matrix.sizes[1]: size 'big'"),
         ("[[study]]\nsizes = [{M = 8, N = 8}]\n", "study[0].sizes[0]: size {'M': 8, 'N': 8}"),
         ("transforms = ['warp-magic']\n[matrix]\n", "transforms[0]: unknown transformation"),
-        ("[[study]]\ndtype = 'int3'\n", "study[0].dtype: 'int3' is not offered by matmul"),
+        ("[[study]]\ndtype = 'int3'\n", "study[0].dtype: dtype 'int3' is not offered by matmul"),
         ("[[study]]\nsizes = ['12x0']\n", "study[0].sizes[0]: size '12x0'"),
         ("[[study]]\ntrials = -1\n", "study[0].trials: must be at least 0"),
         ("[[study]]\npolish = 1\n", "study[0].polish: must be below 1"),
@@ -148,7 +148,8 @@ def test_a_device_of_a_backend_this_version_lacks_is_named(tmp_path):
     (devices / "m3.toml").write_text('name = "m3"\ntitle = "Apple M3"\nbackend = "metal"\n'
                                      "memory_bandwidth_gbs = 100\n[peak_gflops]\n")
     path = write(tmp_path, f"catalogs = ['{tmp_path / 'mine'}']\n[[study]]\ndevice = 'm3'\n")
-    with pytest.raises(UserError, match="study\\[0\\].device: 'm3' needs the 'metal' backend"):
+    with pytest.raises(UserError,
+                       match="study\\[0\\].device: device 'm3' needs the 'metal' backend"):
         load_batch(path)
 
 
@@ -157,7 +158,7 @@ def test_bad_batch_file_is_one_line_exit_2_and_nothing_written(tmp_path):
     done = peak("batch", str(path), "--results", str(tmp_path / "r"))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"peak-tune: error: {path}: matrix.dtypes[1]: 'float8' is not "
+        f"peak-tune: error: {path}: matrix.dtypes[1]: dtype 'float8' is not "
         "offered by matmul (choose from float32, float64, float16)"]
     assert not (tmp_path / "r").exists()
     missing = peak("batch", str(tmp_path / "nope.toml"), "--results", str(tmp_path / "r"))
