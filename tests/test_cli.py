@@ -397,6 +397,15 @@ def test_a_size_that_misses_a_kernels_name_says_which_it_has(tmp_path):
 SOFTMAX = Path(__file__).parent / "fixtures" / "catalogs" / "softmax"
 
 
+def edited_softmax(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """A copy of the softmax catalog whose seeds/softmax/`name` has `old` made `new`."""
+    catalog = tmp_path / "cat"
+    shutil.copytree(SOFTMAX, catalog)
+    edited = catalog / "seeds" / "softmax" / name
+    edited.write_text(edited.read_text().replace(old, new))
+    return catalog
+
+
 def test_a_users_softmax_tunes_against_its_reduction_reference(tmp_path):
     done = peak("--kernel", "softmax", "--catalog", str(SOFTMAX), "--size", "32x100",
                 "--trials", "2", "--json", "--results", str(tmp_path))
@@ -409,10 +418,7 @@ def test_a_users_softmax_tunes_against_its_reduction_reference(tmp_path):
 def test_a_softmax_without_a_vendor_is_measured_against_the_memory_roofline(tmp_path):
     """[vendor] c = "none": no numpy baseline; a softmax moves 8 bytes per 5 flops, so
     the ratio is to the CPU's bandwidth share of its peak, and the summary says so."""
-    catalog = tmp_path / "cat"
-    shutil.copytree(SOFTMAX, catalog)
-    spec = catalog / "seeds" / "softmax" / "spec.toml"
-    spec.write_text(spec.read_text().replace('c = "reference"', 'c = "none"'))
+    catalog = edited_softmax(tmp_path, "spec.toml", 'c = "reference"', 'c = "none"')
     done = peak("--kernel", "softmax", "--catalog", str(catalog), "--size", "32x100",
                 "--trials", "1", "--json", "--results", str(tmp_path / "r"))
     assert done.returncode == 0, done.stderr
@@ -446,10 +452,7 @@ def test_a_users_gemm_kernel_is_timed_against_the_blas_call_it_declares(
 
 
 def test_a_softmax_that_forgets_to_normalise_is_a_wrong_result(tmp_path):
-    catalog = tmp_path / "cat"
-    shutil.copytree(SOFTMAX, catalog)
-    seed = catalog / "seeds" / "softmax" / "naive.c"
-    seed.write_text(seed.read_text().replace("y[c] /= total", "y[c] /= 1"))
+    catalog = edited_softmax(tmp_path, "naive.c", "y[c] /= total", "y[c] /= 1")
     done = peak("--kernel", "softmax", "--catalog", str(catalog), "--size", "32x100",
                 "--trials", "1", "--json", "--results", str(tmp_path / "r"))
     data = last_json(done.stdout)
