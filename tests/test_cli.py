@@ -90,11 +90,15 @@ def test_study_resumes_by_name_and_trials_count_the_study_in_all(tmp_path):
     again = peak("--trials", "3", *args, "--study", first["study"])
     assert again.returncode == 0, again.stderr
     assert last_json(again.stdout)["trials"]["total"] == 3
+    assert last_json(again.stdout)["this_run"]["trials"] == 0
     assert "holds 3 finished trials; --trials 3 asks for no more" in again.stderr
     resumed = peak("--trials", "5", *args, "--study", first["study"])
     assert resumed.returncode == 0, resumed.stderr
     data = last_json(resumed.stdout)
     assert data["study"] == first["study"] and data["trials"]["total"] == 5
+    this_run = data["this_run"]  # what the summary heard from the run's events
+    assert this_run["trials"] == sum(this_run["by_outcome"].values()) == 2
+    assert first["this_run"]["trials"] == 3 and first["this_run"]["new_bests"] >= 1
     assert "holds 3 finished trials; running 2 more for --trials 5" in resumed.stderr
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext, Lineage, ParamDomain
 
-__all__ = ["Applier", "derive_child"]
+__all__ = ["Applier", "ModelCalls", "calls_of", "derive_child"]
 
 
 class Applier(Protocol):
@@ -33,6 +33,20 @@ class Applier(Protocol):
         device: DeviceProfile,
         sample: int = 0,
     ) -> KernelContext: ...
+
+
+@runtime_checkable
+class ModelCalls(Protocol):
+    """An applier that calls a model keeps a record of each HTTP attempt (the LLM
+    applier's CallRecord: tokens, outcome, transformation): the journal, the summary's
+    spend and `peak-tune stats` read it."""
+
+    records: list[Any]
+
+
+def calls_of(applier: Applier) -> list[Any] | None:
+    """The applier's call records, or None for one that calls no model."""
+    return applier.records if isinstance(applier, ModelCalls) else None
 
 
 def derive_child(

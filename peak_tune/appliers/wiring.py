@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from peak_tune.appliers import make_applier
-from peak_tune.appliers.base import Applier
+from peak_tune.appliers.base import Applier, calls_of
 from peak_tune.backends.base import Backend, EvalConfig
 from peak_tune.core import KernelSpec
 from peak_tune.evaluation.cache import Cache
@@ -71,7 +71,7 @@ class LLMJournal:
     written: dict[int, int] = field(default_factory=dict)  # records written, per applier
 
     def write(self, applier: Applier, study: str = "") -> None:
-        records = getattr(applier, "records", None)
+        records = calls_of(applier)
         done = self.written.get(id(applier), 0)
         if not records or len(records) <= done:
             return

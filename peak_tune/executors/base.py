@@ -75,6 +75,10 @@ class Executor(Protocol):
         """Seconds each device worker spent validating and timing so far."""
         ...
 
+    def evaluations_by_worker(self) -> dict[str, int]:
+        """Jobs each device worker evaluated so far."""
+        ...
+
     def close(self) -> None:
         """Wait for running jobs, cancel queued ones, release devices and workers."""
         ...

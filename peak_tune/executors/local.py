@@ -59,6 +59,9 @@ class LocalExecutor:
         """Seconds the device spent validating and timing, over the jobs so far."""
         return busy_by_worker(self.job_times, ("local",))
 
+    def evaluations_by_worker(self) -> dict[str, int]:
+        return {"local": len(self.job_times)}
+
     def _compile(self, job: EvalJob, times: _Clock) -> Artifact:
         started = time.perf_counter()
         try:

@@ -284,6 +284,9 @@ class RayExecutor:
         self._send(_Pending(remote_job, known, missing, result))
         return result
 
+    def evaluations_by_worker(self) -> dict[str, int]:
+        return dict(self.evaluations)
+
     def busy_seconds(self) -> dict[str, float]:
         """Seconds each device worker spent validating and timing, in the replies so far."""
         return busy_by_worker(self.job_times, tuple(self.worker_names))

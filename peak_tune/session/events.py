@@ -8,13 +8,26 @@ session's own thread, a trial once the storage holds it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Protocol
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from peak_tune.core import Status
 from peak_tune.search.trials import TrialRecord
 
-__all__ = ["Event", "NewBest", "Observer", "Observers", "RunEnded", "TrialFinished",
-           "VendorMeasured"]
+__all__ = ["STATUS_LABELS", "Event", "NewBest", "Observer", "Observers", "RunEnded",
+           "RunLedger", "TrialFinished", "VendorMeasured"]
+
+# how a trial's outcome is named in the summary, the batch table and the report
+STATUS_LABELS = {
+    Status.OK: "ok",
+    Status.INVALID: "invalid",
+    Status.APPLY_ERROR: "apply error",
+    Status.COMPILE_ERROR: "compile error",
+    Status.WRONG_RESULT: "wrong result",
+    Status.RUNTIME_ERROR: "crash",
+    Status.TIMEOUT: "timeout",
+}
 
 log = logging.getLogger(__name__)
 
@@ -76,3 +89,32 @@ class Observers:
                 observer.notify(event)
             except Exception:
                 log.exception("observer %r failed on %s", observer, type(event).__name__)
+
+
+@dataclass
+class RunLedger:
+    """What this run did, heard from the session's events (the summary's `this_run`):
+    its trials by outcome, those answered by the cache, the new bests, the vendor's
+    timings, and whether it was stopped."""
+
+    by_outcome: Counter[str] = field(default_factory=Counter)
+    cached: int = 0
+    new_bests: int = 0
+    vendor_timings: int = 0
+    stopped: bool = False
+
+    def notify(self, event: Event) -> None:
+        if isinstance(event, TrialFinished):
+            self.by_outcome[STATUS_LABELS.get(event.record.status, event.record.status.value)] += 1
+            self.cached += event.record.cached
+        elif isinstance(event, NewBest):
+            self.new_bests += 1
+        elif isinstance(event, VendorMeasured):
+            self.vendor_timings += 1
+        elif isinstance(event, RunEnded):
+            self.stopped = self.stopped or event.stopped
+
+    def as_json(self) -> dict[str, Any]:
+        return {"trials": sum(self.by_outcome.values()), "by_outcome": dict(self.by_outcome),
+                "cached": self.cached, "new_bests": self.new_bests,
+                "vendor_timings": self.vendor_timings, "stopped": self.stopped}

@@ -20,25 +20,16 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from peak_tune.appliers.base import calls_of
 from peak_tune.backends.base import OVER_BUDGET
 from peak_tune.core import Status
 from peak_tune.session.confirmation import CONFIRM_ROUNDS
-from peak_tune.session.events import Event, NewBest, RunEnded, TrialFinished
+from peak_tune.session.events import STATUS_LABELS, Event, NewBest, RunEnded, TrialFinished
 from peak_tune.session.tune import TuneSession
 
 __all__ = ["ProgressView", "summary", "print_summary"]
 
-_STATUS_LABELS = {
-    Status.OK: "ok",
-    Status.INVALID: "invalid",
-    Status.APPLY_ERROR: "apply error",
-    Status.COMPILE_ERROR: "compile error",
-    Status.WRONG_RESULT: "wrong result",
-    Status.RUNTIME_ERROR: "crash",
-    Status.TIMEOUT: "timeout",
-}
-
-_LABEL_BY_VALUE = {status.value: label for status, label in _STATUS_LABELS.items()}
+_LABEL_BY_VALUE = {status.value: label for status, label in STATUS_LABELS.items()}
 
 
 class ProgressView:
@@ -115,7 +106,7 @@ def _trial_line(done: int, total: int, event: TrialFinished) -> str:
     share = (f" = {100 * event.best_gflops / event.denominator:5.1f}% of {event.against}"
              if event.denominator else "")
     what = (f"{record.gflops:8.2f} GFLOP/s" if record.status is Status.OK
-            else _STATUS_LABELS[record.status])
+            else STATUS_LABELS[record.status])
     cached = " (cached)" if record.cached else ""
     steps = " > ".join(record.sequence) or "seed"
     return (f"[{done:>4}/{total}] trial {record.number:<4} {what:<18}{cached:<9} "
@@ -126,7 +117,7 @@ def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str], Counter[st
     """Trials by state, by outcome, and by note: stopped at the build budget, noisy
     (their timing stayed spread after re-measuring), re-measured timings."""
     states: Counter[str] = Counter()
-    outcomes: Counter[str] = Counter({label: 0 for label in _STATUS_LABELS.values()})
+    outcomes: Counter[str] = Counter({label: 0 for label in STATUS_LABELS.values()})
     notes: Counter[str] = Counter({"over_budget": 0, "noisy": 0, "remeasured": 0})
     for t in study.get_trials(deepcopy=False):
         states[t.state.name] += 1
@@ -254,7 +245,7 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
         },
         "executor": {
             "name": session.executor.name,
-            "evaluations_by_worker": dict(getattr(session.executor, "evaluations", {})),
+            "evaluations_by_worker": session.executor.evaluations_by_worker(),
         },
         "cache": {
             "hits": counters.hits,
@@ -262,6 +253,7 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "compiles": counters.compiles,
         },
         "seconds": round(seconds, 3),
+        "this_run": session.ledger.as_json(),  # heard from the run's events
         **_llm_spend(session),
     }
 
@@ -269,7 +261,7 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
 def _llm_spend(session: TuneSession) -> dict[str, Any]:
     """This run's LLM calls, tokens and dollars (None: no price), in all and per
     transformation; nothing for an applier that makes no calls."""
-    records = getattr(session.applier, "records", None)
+    records = calls_of(session.applier)
     if records is None:
         return {}
     from peak_tune.appliers.llm.stats import totals, totals_by

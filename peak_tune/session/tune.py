@@ -2,9 +2,8 @@
 
 The driver asks the Searcher for a trial, turns it into a sequence and tuning values,
 runs it through the pipeline (cache first) on the executor and tells the Searcher the
-result. It is the only writer of the study and the cache. What the run tunes is resolved
-first (session.target); the vendor's figures (session.vendor_book) and the best's
-end-of-run re-timing (session.confirmation) are parts of their own.
+result; it alone writes the study and the cache. The target (session.target), the
+vendor's figures (session.vendor_book) and the end-of-run re-timing are parts of their own.
 """
 
 from __future__ import annotations
@@ -46,7 +45,14 @@ from peak_tune.search.trials import TrialRecord
 from peak_tune.session import parts
 from peak_tune.session.config import TuneConfig
 from peak_tune.session.confirmation import CONFIRM_ATTR, BestConfirmer, Confirmation
-from peak_tune.session.events import NewBest, Observer, Observers, RunEnded, TrialFinished
+from peak_tune.session.events import (
+    NewBest,
+    Observer,
+    Observers,
+    RunEnded,
+    RunLedger,
+    TrialFinished,
+)
 from peak_tune.session.target import check_results_folder, resolve_target
 from peak_tune.session.vendor_book import VendorBook
 from peak_tune.session.window import (
@@ -127,6 +133,8 @@ class TuneSession:
             self._abandon()  # a refusal (e.g. a study made for another size) is one line
             raise
         self.observers = Observers()
+        self.ledger = RunLedger()  # what this run did, for the summary
+        self.observers.subscribe(self.ledger)
         self._best_announced = 0.0  # the speed of the last NewBest
         self.vendors = VendorBook(self.backend, self.pipeline, self.sizes,
                                   self.searcher.mirror.set_user_attr, self.observers.notify)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peak_tune.appliers.base import Applier
+from peak_tune.appliers.base import Applier, calls_of
 from peak_tune.appliers.wiring import AppliedWith, LLMJournal, wired_applier
 from peak_tune.backends import make_backend
 from peak_tune.backends.base import Backend, EvalConfig
@@ -287,9 +287,9 @@ class Workbench:
         inherited = dict(start.params) if start else {}
         values, sources = self._values(parent, t, inherited, request.params, parent_label)
         misses = self.cache.counters.misses
-        calls_before = len(getattr(pipe.applier, "records", ()))
+        calls_before = len(calls_of(pipe.applier) or ())
         child = self._apply_step(pipe, parent, t, request.sample, parent_label)
-        llm = _llm_use(list(getattr(pipe.applier, "records", ()))[calls_before:])
+        llm = _llm_use(list(calls_of(pipe.applier) or ())[calls_before:])
         applied_from_cache = self.cache.counters.misses == misses
         values, sources = _for_variant(child, values, sources)
         evaluation = self._measure(pipe, r, child, values)
