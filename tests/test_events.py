@@ -97,3 +97,35 @@ def test_at_a_terminal_the_live_display_shows_the_target_best_shares_and_time_le
     assert "best 16.00 GFLOP/s = 80.0% of vendor, 4.0% of peak" in shown
     assert "new best: trial 1, 16.00 GFLOP/s | loop-interchange" in shown
     assert "[   1/4]" not in shown  # no plain lines at a terminal
+
+
+def test_the_ledger_hears_what_a_run_did_and_why_it_stopped() -> None:
+    """The summary's `this_run` is the RunLedger's: trials by outcome, cache answers, new
+    bests, vendor timings, and a budget that stopped the run."""
+    from peak_tune.core import Status
+    from peak_tune.search.trials import TrialRecord
+    from peak_tune.session.events import (
+        BudgetSpent,
+        NewBest,
+        RunEnded,
+        RunLedger,
+        TrialFinished,
+        VendorMeasured,
+    )
+
+    def record(number: int, status: Status, cached: bool = False) -> TrialRecord:
+        return TrialRecord(number, status, ("loop-interchange",), {}, 1.0 * number, "",
+                           cached, 0.1)
+
+    ledger = RunLedger()
+    for event in (VendorMeasured("64x64x64", "numpy", 50.0, "start", False),
+                  TrialFinished(record(0, Status.OK), 0.0, "vendor", 50.0, 0.0),
+                  NewBest(record(0, Status.OK)),
+                  TrialFinished(record(1, Status.WRONG_RESULT, cached=True), 0.0, "vendor",
+                                50.0, 0.0),
+                  BudgetSpent("the token budget (1000) is spent"), RunEnded(2, True)):
+        ledger.notify(event)
+    assert ledger.as_json() == {
+        "trials": 2, "by_outcome": {"ok": 1, "wrong result": 1}, "cached": 1,
+        "new_bests": 1, "vendor_timings": 1, "stopped": True,
+        "budget_spent": "the token budget (1000) is spent"}

@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext, Lineage, ParamDomain
 
-__all__ = ["Applier", "ModelCalls", "calls_of", "derive_child"]
+__all__ = ["Applier", "Budgeted", "ModelCalls", "budget_spent_of", "calls_of", "derive_child"]
 
 
 class Applier(Protocol):
@@ -47,6 +47,20 @@ class ModelCalls(Protocol):
 def calls_of(applier: Applier) -> list[Any] | None:
     """The applier's call records, or None for one that calls no model."""
     return applier.records if isinstance(applier, ModelCalls) else None
+
+
+@runtime_checkable
+class Budgeted(Protocol):
+    """An applier with a token or cost budget (the LLM applier's --max-tokens-total,
+    --max-cost)."""
+
+    def budget_spent(self) -> str:
+        """Why the budget is spent, in words; "" while some is left."""
+        ...
+
+
+def budget_spent_of(applier: Applier) -> str:
+    return applier.budget_spent() if isinstance(applier, Budgeted) else ""
 
 
 def derive_child(

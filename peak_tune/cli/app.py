@@ -340,7 +340,6 @@ def _tune(args: argparse.Namespace) -> int:
         raise
     stop = StopRequest()
     interrupted, budget = False, ""
-    budget_left = getattr(session.applier, "budget_left", lambda: True)
     held = session.searcher.finished_trials()
     to_run = max(0, args.trials - held)
     if held and args.trials:
@@ -353,16 +352,15 @@ def _tune(args: argparse.Namespace) -> int:
     try:
         with stop.on_ctrl_c():
             _measure_vendor(session, args.timeout)
-            session.run(to_run, should_stop=lambda: stop.requested() or not budget_left())
+            session.run(to_run, should_stop=stop.requested)  # and a spent LLM budget
             if args.sanitize and not stop.requested():
                 for line in session.sanitize_best():
                     print(f"peak-tune: sanitizer: {line}", file=sys.stderr)
             if args.profile and not stop.requested():
                 print(f"peak-tune: ncu: {session.profile_best()}", file=sys.stderr)
         interrupted = stop.requested()
-        spent_budget = getattr(session.applier, "budget_spent", lambda: "")
-        budget = "" if budget_left() or progress.done >= to_run else (
-            spent_budget() or "the token or cost budget is spent")
+        # the session's BudgetSpent event, where the budget cut the trials short
+        budget = session.ledger.budget_spent if progress.done < to_run else ""
     except KeyboardInterrupt:
         interrupted = True
     except BudgetReached as exc:

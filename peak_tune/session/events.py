@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from peak_tune.core import Status
 from peak_tune.search.trials import TrialRecord
 
-__all__ = ["STATUS_LABELS", "Event", "NewBest", "Observer", "Observers", "RunEnded",
-           "RunLedger", "TrialFinished", "VendorMeasured"]
+__all__ = ["STATUS_LABELS", "BudgetSpent", "Event", "NewBest", "Observer", "Observers",
+           "RunEnded", "RunLedger", "TrialFinished", "VendorMeasured"]
 
 # how a trial's outcome is named in the summary, the batch table and the report
 STATUS_LABELS = {
@@ -61,12 +61,19 @@ class VendorMeasured:
 
 
 @dataclass(frozen=True)
+class BudgetSpent:
+    """The applier's model budget ran out: the run stops before its trials are done."""
+
+    why: str
+
+
+@dataclass(frozen=True)
 class RunEnded:
     trials: int  # told in this run
     stopped: bool  # asked to stop (Ctrl-C, a budget) before its trials were done
 
 
-Event = TrialFinished | NewBest | VendorMeasured | RunEnded
+Event = TrialFinished | NewBest | VendorMeasured | BudgetSpent | RunEnded
 
 
 class Observer(Protocol):
@@ -102,6 +109,7 @@ class RunLedger:
     new_bests: int = 0
     vendor_timings: int = 0
     stopped: bool = False
+    budget_spent: str = ""  # why the applier's budget stopped the run ("" if it did not)
 
     def notify(self, event: Event) -> None:
         if isinstance(event, TrialFinished):
@@ -111,10 +119,13 @@ class RunLedger:
             self.new_bests += 1
         elif isinstance(event, VendorMeasured):
             self.vendor_timings += 1
+        elif isinstance(event, BudgetSpent):
+            self.budget_spent = event.why
         elif isinstance(event, RunEnded):
             self.stopped = self.stopped or event.stopped
 
     def as_json(self) -> dict[str, Any]:
         return {"trials": sum(self.by_outcome.values()), "by_outcome": dict(self.by_outcome),
                 "cached": self.cached, "new_bests": self.new_bests,
-                "vendor_timings": self.vendor_timings, "stopped": self.stopped}
+                "vendor_timings": self.vendor_timings, "stopped": self.stopped,
+                "budget_spent": self.budget_spent}

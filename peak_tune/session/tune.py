@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import optuna
 
@@ -37,15 +37,14 @@ from peak_tune.executors import EvalJob
 from peak_tune.harness.noise import NoisePolicy
 from peak_tune.harness.vendor import VENDOR_ATTR, figures_from_json
 from peak_tune.search.polish import Polisher
-from peak_tune.search.space import (
-    suggest_params,
-)
+from peak_tune.search.space import suggest_params
 from peak_tune.search.study import Searcher, StudySettings
 from peak_tune.search.trials import TrialRecord
 from peak_tune.session import parts
 from peak_tune.session.config import TuneConfig
 from peak_tune.session.confirmation import CONFIRM_ATTR, BestConfirmer, Confirmation
 from peak_tune.session.events import (
+    BudgetSpent,
     NewBest,
     Observer,
     Observers,
@@ -58,15 +57,13 @@ from peak_tune.session.vendor_book import VendorBook
 from peak_tune.session.window import (
     ShownWhenStored,
     Started,
+    StopWhenSpent,
     next_to_tell,
     settled,
     tells_as_finished,
     where_time_went,
 )
 from peak_tune.study.storage import results_storage_url
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["TuneSession", "open_session"]
 
@@ -203,6 +200,7 @@ class TuneSession:
         seeded run repeatable, or as they finish (`tell_order`), so that one slow build
         or kernel does not hold up a window of finished trials.
         """
+        should_stop = stop = StopWhenSpent(should_stop, self.applier)
         asked = 0
         pending: deque[Started] = deque()
         clock = self.loop_seconds
@@ -259,6 +257,8 @@ class TuneSession:
             else:
                 self.confirm_best()
         finally:
+            if stop.why:
+                self.observers.notify(BudgetSpent(stop.why))
             self.observers.notify(RunEnded(told_here, stopped))
 
     def _stored(self, record: TrialRecord,

@@ -11,13 +11,14 @@ from typing import Any
 
 import optuna
 
+from peak_tune.appliers.base import Applier, budget_spent_of
 from peak_tune.core import KernelContext, Outcome, Status
 from peak_tune.executors import Executor
 from peak_tune.executors.base import JobTimes
 from peak_tune.search.trials import TrialRecord
 
-__all__ = ["ShownWhenStored", "Started", "next_to_tell", "settled", "tells_as_finished",
-           "where_time_went"]
+__all__ = ["ShownWhenStored", "Started", "StopWhenSpent", "next_to_tell", "settled",
+           "tells_as_finished", "where_time_went"]
 
 
 @dataclass
@@ -105,3 +106,19 @@ def where_time_went(item: Started, seconds: float, jobs: list[JobTimes]) -> dict
     if job is not None:
         spent.update(build=job.build_s, wait=job.waited_s, evaluate=job.busy_s)
     return {k: round(v, 4) for k, v in spent.items()}
+
+
+class StopWhenSpent:
+    """A run's stop question: the caller's `should_stop`, or the applier's model budget
+    spent (then `why` says how)."""
+
+    def __init__(self, should_stop: Callable[[], bool], applier: Applier) -> None:
+        self._should_stop = should_stop
+        self._applier = applier
+        self.why = ""
+
+    def __call__(self) -> bool:
+        if self._should_stop():
+            return True
+        self.why = budget_spent_of(self._applier)
+        return bool(self.why)
