@@ -186,13 +186,16 @@ def structure_problem(plan: Plan) -> str:
             if getattr(plan, part) and part not in HLSL_PARTS:
                 return f"{part} has no HLSL form"
     elif plan.hip:
-        for part in (*NVIDIA_ONLY, *HLSL_ONLY):
+        for part in NVIDIA_ONLY:
             if getattr(plan, part):
-                return f"{part} is not in HIP"
+                return f"{part} is NVIDIA-only (not in HIP)"
     else:
-        for part in (*AMD_ONLY, *HLSL_ONLY):
+        for part in AMD_ONLY:
             if getattr(plan, part):
-                return f"{part} is not in CUDA"
+                return f"{part} is AMD-only (HIP, not CUDA)"
+    for part in HLSL_ONLY:
+        if getattr(plan, part) and not plan.hlsl:
+            return f"{part} is Vulkan's (HLSL only)"
     for part, needed in _NEEDS:
         if getattr(plan, part) and not getattr(plan, needed):
             return f"{part} needs {needed}"
