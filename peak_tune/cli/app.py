@@ -82,9 +82,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="search transformation sequences and parameters (default)")
     _common(p)
     p.add_argument("--trials", type=int, default=100,
-                   help="trials the study should hold in all (default 100): a resumed "
-                        "study runs only those it lacks, so the same command finishes a "
-                        "stopped run; 0 runs none")
+                   help="trials the study should hold in all (default 100): a study "
+                        "resumed with --study runs only those it lacks, so the same command "
+                        "finishes a stopped run; 0 runs none")
     p.add_argument("--kernel", default="matmul")
     p.add_argument("--backend", help="c (default without a GPU)")
     p.add_argument("--device", help="device profile (see `peak-tune devices`); default cpu")
