@@ -23,6 +23,7 @@ from peak_tune.session.config import TuneConfig
 __all__ = ["KernelTarget", "TargetError", "TuneTarget", "check_results_folder",
            "resolve_kernel_target", "resolve_target"]
 
+
 @dataclass(frozen=True)
 class TuneTarget:
     spec: KernelSpec

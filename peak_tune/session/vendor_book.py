@@ -54,6 +54,7 @@ class VendorBook:
         # False once the backend said the device has no vendor library (NoVendorLibrary):
         # the ratio is then to the documented peak (`denominator`), nothing is re-timed
         self.library = True
+        self._roofline: Roofline | None = None
         self.no_library_because = ""
 
     def measure(self, held: Mapping[str, VendorFigure]) -> None:
@@ -83,8 +84,10 @@ class VendorBook:
     def roofline(self) -> Roofline:
         """What the device can reach on this kernel at the study's sizes: its documented
         peak, or less where the kernel is bound by memory (catalog.roofline)."""
-        setup = self._pipeline.setup
-        return roofline(setup.device, setup.spec, setup.dtype, self._sizes)
+        if self._roofline is None:  # fixed for the run; asked after every trial
+            setup = self._pipeline.setup
+            self._roofline = roofline(setup.device, setup.spec, setup.dtype, self._sizes)
+        return self._roofline
 
     def peak_gflops(self) -> float:
         """The roofline's attainable GFLOP/s (0: the profile documents nothing)."""
