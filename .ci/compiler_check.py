@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import tests.appliers.test_reference_hlsl as hlsl_tests  # noqa: E402
 from peak_tune.appliers.reference.hlsl_matmul import HLSL_STEPS  # noqa: E402
 from peak_tune.backends._hlsl_compile import find_compiler  # noqa: E402
-from tests.appliers.test_reference_hlsl import applied, params_of, with_requirements  # noqa: E402
 
 BUILD_LIMIT_S = 60.0
 SEED = (ROOT / "seeds" / "matmul" / "naive.hlsl").read_text()
@@ -47,13 +47,21 @@ def cases(compiler: str) -> list[tuple[str, str, dict[str, str | int], bool]]:
     if compiler == "slang":
         found.append(("cooperative matrices", COOPMAT, {"WAVE": 32}, True))
     catalog = Catalog.with_user_folders()
-    lavapipe = catalog.device("lavapipe")
+    lavapipe, h200 = catalog.device("lavapipe"), catalog.device("h200")
     for step in HLSL_STEPS:
-        context = applied(catalog, lavapipe, with_requirements(catalog, step))
-        defines: dict[str, str | int] = {"DTYPE": "float", "ACC": "float",
-                                         "PT_WAVE_SIZE": lavapipe.wave_size,
-                                         **params_of(context)}
-        found.append((step, context.source, defines, False))
+        # cooperative-matrix is fp16 Slang for a device that offers the matrices
+        coopmat = step == "cooperative-matrix"
+        if coopmat and compiler != "slang":
+            continue
+        device = h200 if coopmat else lavapipe
+        context = hlsl_tests.applied(catalog, device, hlsl_tests.with_requirements(catalog, step))
+        defines: dict[str, str | int] = {"DTYPE": "half" if coopmat else "float",
+                                         "ACC": "float", "PT_WAVE_SIZE": device.wave_size,
+                                         **hlsl_tests.params_of(context)}
+        if coopmat:
+            names = {p.name for p in context.params}
+            defines.update({k: v for k, v in hlsl_tests.COOPMAT_PARAMS.items() if k in names})
+        found.append((step, context.source, defines, coopmat))
     return found
 
 

@@ -15,38 +15,38 @@ from pathlib import Path
 import optuna
 import pytest
 
-from peak_tune.harness.noise import NoisePolicy
+from peak_tune.harness.noise import REMEASURES, NoisePolicy
 from peak_tune.session.confirmation import CONFIRM_ATTR, CONFIRM_ROUNDS
 from tests.user_kernels import SLEEPY_C, one_seed_catalog
 
 SMALL = ["--size", "64", "--repeats", "3"]
 
-# The naive matmul, right in the first job process that runs it and wrong (C left
-# unwritten) in every later one: a kernel whose trial passed, by luck, and that fails
-# when it is evaluated again on fresh inputs. Each evaluation is a job process of its
-# own; the first job's pid is kept in the file $FLAKY_PID_FILE names.
+# The naive matmul, right in the first $FLAKY_LUCKY_JOBS job processes that run it and
+# wrong (C left unwritten) in every later one: a kernel whose trial passed, by luck, and
+# that fails when it is evaluated again on fresh inputs. Each evaluation is a job process
+# of its own, and a trial takes 1 + REMEASURES jobs at most (a noisy timing is taken
+# again, as under CI's load), so the search's are all lucky; the re-timing's
+# CONFIRM_ROUNDS rounds take more jobs than are left. $FLAKY_JOBS_FILE counts the jobs.
 FLAKY_C = r"""
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 static int lucky = -1;
-static int first_job(void) {
-    const char *path = getenv("FLAKY_PID_FILE");
-    long first = 0;
+static int lucky_job(void) {
+    const char *path = getenv("FLAKY_JOBS_FILE"), *limit = getenv("FLAKY_LUCKY_JOBS");
+    long jobs = 0;
     FILE *file = path ? fopen(path, "r") : NULL;
     if (file) {
-        if (fscanf(file, "%ld", &first) != 1) first = 0;
+        if (fscanf(file, "%ld", &jobs) != 1) jobs = 0;
         fclose(file);
     }
-    if (first == 0 && path && (file = fopen(path, "w"))) {
-        fprintf(file, "%ld", (long)getpid());
+    if (path && (file = fopen(path, "w"))) {
+        fprintf(file, "%ld", jobs + 1);
         fclose(file);
-        return 1;
     }
-    return first == (long)getpid();
+    return limit && jobs < atol(limit);
 }
 void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
-    if (lucky < 0) lucky = first_job();
+    if (lucky < 0) lucky = lucky_job();
     if (!lucky) return;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
@@ -151,7 +151,8 @@ def test_a_best_that_fails_its_revalidation_is_reported(tmp_path):
     results = tmp_path / "results"
     done = peak("--kernel", "flaky", "--catalog", str(catalog), "--trials", "1",
                 "--size", "64", "--repeats", "7", "--json", "--results", str(results),
-                env={"FLAKY_PID_FILE": str(tmp_path / "first-job.pid")})
+                env={"FLAKY_JOBS_FILE": str(tmp_path / "jobs"),
+                     "FLAKY_LUCKY_JOBS": str(1 + REMEASURES)})
     data = last_json(done)
     assert data["trials"]["by_outcome"]["ok"] == 1, data["trials"]  # it passed, by luck
     confirmation = data["confirmation"]

@@ -271,3 +271,20 @@ def test_cooperative_matrix_variants_build_with_slang(catalog, tmp_path):
                                  sixteen_bit=True)
         assert found.threads == 32 * 2 * 2, sequence
         assert "CooperativeMatrixKHR" in found.capabilities, sequence
+
+
+def test_the_ci_compiler_check_lists_a_build_for_every_step():
+    """.ci/compiler_check.py gates each HLSL compiler in CI: a step it cannot derive
+    would unset the compiler and skip every test that uses it."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("compiler_check",
+                                                  ROOT / ".ci" / "compiler_check.py")
+    assert spec is not None and spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    for compiler in ("dxc", "slang"):
+        names = [case[0] for case in check.cases(compiler)]
+        expected = set(SIMT_STEPS) | ({"cooperative-matrix"} if compiler == "slang" else set())
+        assert expected <= set(names), compiler
+    coopmat = next(case for case in check.cases("slang") if case[0] == "cooperative-matrix")
+    assert coopmat[2]["DTYPE"] == "half" and coopmat[3]  # fp16 with 16-bit types
