@@ -8,8 +8,9 @@ fp32 and fp16, the groupshared fixture, the cooperative-matrix one for Slang, an
 reference step with what it requires) and, for a build that outlives a minute, reports
 where the compiler's process is (every thread's kernel wait channel and system call,
 and gdb's backtraces when gdb is here), kills it and stops. Exit 0 when every build
-came back, 1 when one hung or failed: CI then runs the tests without that library and
-prints this report after them.
+came back, 2 when one hung or failed: CI then runs the tests without that library and
+prints this report after them. Any other exit (a traceback: the check itself is broken)
+stops CI.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ sys.path.insert(0, str(ROOT))
 import tests.appliers.test_reference_hlsl as hlsl_tests  # noqa: E402
 from peak_tune.appliers.reference.hlsl_matmul import HLSL_STEPS  # noqa: E402
 from peak_tune.backends._hlsl_compile import find_compiler  # noqa: E402
+from peak_tune.errors import BackendUnavailable  # noqa: E402
 
 BUILD_LIMIT_S = 60.0
+LIBRARY_FAILED = 2  # the exit that tells CI to run the tests without this library
 SEED = (ROOT / "seeds" / "matmul" / "naive.hlsl").read_text()
 TILED = (ROOT / "tests" / "fixtures" / "hlsl" / "tiled.hlsl").read_text()
 COOPMAT = (ROOT / "tests" / "fixtures" / "hlsl" / "coopmat_fp16.slang").read_text()
@@ -92,7 +95,11 @@ def where_it_is(pid: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    compiler = find_compiler(argv[0] if argv else "dxc")
+    try:
+        compiler = find_compiler(argv[0] if argv else "dxc")
+    except BackendUnavailable as exc:  # the library does not load here
+        print(f"no {argv[0] if argv else 'dxc'} here: {exc}")
+        return LIBRARY_FAILED
     print(f"{compiler.name} check: {compiler.label} at {compiler.path}")
     failed = 0
     with tempfile.TemporaryDirectory(prefix="peak-tune-dxc-check-") as folder:
@@ -113,13 +120,13 @@ def main(argv: list[str]) -> int:
                 print(where_it_is(process.pid))
                 os.killpg(process.pid, signal.SIGKILL)
                 process.communicate()
-                return 1  # one hung build says it; more would only cost CI minutes
+                return LIBRARY_FAILED  # one hung build says it; more would only cost CI minutes
             took = time.monotonic() - started
             verdict = "ok" if process.returncode == 0 and built.is_file() else "FAILED"
             failed += verdict != "ok"
             print(f"{name}: {verdict} in {took:.2f} s (exit {process.returncode})"
                   + (f"\n{log[-2000:]}" if verdict != "ok" else ""))
-    return 1 if failed else 0
+    return LIBRARY_FAILED if failed else 0
 
 
 if __name__ == "__main__":
