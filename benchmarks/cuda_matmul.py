@@ -56,7 +56,7 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               ask_ahead: int = -1, build_budget: float = BUILD_BUDGET,
               backend: str | None = None, device: str = "h200", confirm: bool = False
               ) -> dict[str, Any]:
-    config = TuneConfig(device=device, backend=backend, dtype=dtype,
+    config = TuneConfig.of(device=device, backend=backend, dtype=dtype,
                         sizes=({"M": n, "N": n, "K": n},),
                         results=results, sequence=sequence, seed=0, study=study,
                         warm_start=warm_start, ask_ahead=ask_ahead,

@@ -50,7 +50,7 @@ def one_run(args: argparse.Namespace, label: str,
     study.make_sampler = make_sampler  # type: ignore[assignment]
     asks: list[float] = []
     with tempfile.TemporaryDirectory(prefix="peak-driver-") as results:
-        config = TuneConfig(backend="cuda", device=args.device, dtype=args.dtype,
+        config = TuneConfig.of(backend="cuda", device=args.device, dtype=args.dtype,
                             sizes=({"M": args.size, "N": args.size, "K": args.size},),
                             results=Path(results), executor="local", seed=0,
                             compile_workers=args.build_workers,

@@ -28,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     ids = args.transforms.split(",")
     with tempfile.TemporaryDirectory(prefix="peak-record-") as tmp:
-        config = TuneConfig(sizes=({"M": args.size, "N": args.size, "K": args.size},),
+        config = TuneConfig.of(sizes=({"M": args.size, "N": args.size, "K": args.size},),
                             results=Path(tmp), only=tuple(ids),
                             eval_config=EvalConfig(repeats=args.repeats))
         session = open_session(config)

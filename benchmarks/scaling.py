@@ -50,7 +50,7 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
     """Trials per minute of a fresh search with `workers` device workers on Ray: the
     trials finished within `--seconds`."""
     with tempfile.TemporaryDirectory(prefix="peak-scaling-") as results:
-        config = TuneConfig(
+        config = TuneConfig.of(
             backend=args.backend, device=args.device, dtype=args.dtype,
             sizes=({"M": args.size, "N": args.size, "K": args.size},),
             results=Path(results), executor="ray", ray_workers=workers, seed=args.seed,
@@ -110,7 +110,7 @@ def llm_scaling(args: argparse.Namespace, at_once: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="peak-llm-") as results, \
             LLMServer(responder=echo_after(args.llm_delay)) as server:
         os.environ.setdefault("OPENAI_API_KEY", "sk-scaling-benchmark")
-        config = TuneConfig(
+        config = TuneConfig.of(
             sizes=({"M": 64, "N": 64, "K": 64},), results=Path(results), applier="llm",
             model="test-model", apply_workers=at_once, executor="local",
             llm_settings={"base_url": server.url + "/v1", "concurrency": at_once,

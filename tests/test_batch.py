@@ -169,8 +169,8 @@ def test_bad_batch_file_is_one_line_exit_2_and_nothing_written(tmp_path):
 def test_example_batch_file_is_valid():
     plan = load_batch(Path(__file__).parent.parent / "examples" / "batch.toml")
     assert len(plan.studies) == 4
-    assert {s.config.dtype for s in plan.studies} == {"float32", "float64"}
-    assert all(s.config.device == "cpu" and s.exclusive for s in plan.studies)
+    assert {s.config.target.dtype for s in plan.studies} == {"float32", "float64"}
+    assert all(s.config.target.device == "cpu" and s.exclusive for s in plan.studies)
 
 
 @pytest.mark.slow
@@ -209,7 +209,7 @@ def test_parallel_never_overlaps_cpu_timed_studies_or_one_device():
     from peak_tune.session.config import TuneConfig
 
     def item(device: str, backend: str) -> StudyProgress:
-        return StudyProgress(BatchStudy(device, TuneConfig(device=device, backend=backend), 1))
+        return StudyProgress(BatchStudy(device, TuneConfig.of(device=device, backend=backend), 1))
 
     cpu, h200, h100 = item("cpu", "c"), item("h200", "cuda"), item("h100", "cuda")
     assert _fits(cpu, []) and _fits(h200, [])

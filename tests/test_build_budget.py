@@ -53,7 +53,7 @@ def slow_tail(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def run_study(tmp_path: Path, trials: int, **config: Any) -> tune.TuneSession:
-    session = tune.open_session(TuneConfig(**{
+    session = tune.open_session(TuneConfig.of(**{
         "backend": "cuda", "device": "h200", "dtype": "float32",
         "sizes": ({"M": 256, "N": 256, "K": 256},), "results": tmp_path,
         "executor": "local", "seed": 0, "compile_workers": 4, "ask_ahead": 0, **config}))

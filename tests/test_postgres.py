@@ -116,4 +116,4 @@ def test_storage_flag_reaches_every_batch_study(tmp_path: Path):
     from peak_tune.batch.files import load_batch
 
     plan = load_batch(path, storage="postgresql://u@h/db")
-    assert {s.config.storage for s in plan.studies} == {"postgresql://u@h/db"}
+    assert {s.config.store.storage for s in plan.studies} == {"postgresql://u@h/db"}

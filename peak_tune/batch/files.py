@@ -27,12 +27,11 @@ import itertools
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from peak_tune.backends import capabilities
-from peak_tune.backends.base import BUILD_BUDGET, EvalConfig
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.errors import UserError
 from peak_tune.session.config import CHOICES, TuneConfig
@@ -64,6 +63,8 @@ _LEAST: dict[str, float] = {"trials": 0, "repeats": 1, "timeout": 0.001,
                             "compile_workers": 0, "repairs": 0, "max_tokens_total": 1,
                             "polish": 0, "build_budget": 0}
 _BELOW: dict[str, float] = {"polish": 1}
+# settings that are tune options of the same name and value (session.config.OPTIONS)
+_AS_OPTIONS = ("model", "seed", "sampler", "encoding", "illegal", "compile_workers")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -84,7 +85,7 @@ class BatchStudy:
 
     @property
     def backend(self) -> str:
-        return self.config.backend or "c"
+        return self.config.target.backend or "c"
 
     @property
     def exclusive(self) -> bool:
@@ -184,8 +185,8 @@ class _Loader:
             studies[study.name] = study
         ray_address = self.data.get("ray_address")
         if executor != "local" or ray_address:  # each study, in turn, on every device
-            studies = {name: dataclasses.replace(study, config=dataclasses.replace(
-                study.config, executor=executor, ray_address=ray_address))
+            studies = {name: dataclasses.replace(study, config=study.config.with_options(
+                executor=executor, ray_address=ray_address))
                 for name, study in studies.items()}
         return BatchPlan(self.path, tuple(studies.values()), storage, results)
 
@@ -255,9 +256,9 @@ class _Loader:
             [prefix, spec.name, device.name, dtype, label or "default"])
         if not _NAME.fullmatch(name):
             raise self.fail(entry.key("name"), f"{name!r}: use letters, digits, '.', '_', '-'")
-        config = TuneConfig(kernel=kernel, backend=device.backend, device=device.name,
-                            dtype=dtype, sizes=sizes, study=name, results=results,
-                            storage=storage, catalogs=self.catalog_folders)
+        config = TuneConfig.of(kernel=kernel, backend=device.backend, device=device.name,
+                               dtype=dtype, sizes=sizes, study=name, results=results,
+                               storage=storage, catalogs=self.catalog_folders)
         config = self._settings(entry, config, settings, spec.name)
         trials = settings.get("trials", 20)
         return BatchStudy(name, config, trials)
@@ -296,27 +297,34 @@ class _Loader:
 
     def _settings(self, entry: _Entry, config: TuneConfig, settings: dict[str, Any],
                   kernel: str) -> TuneConfig:
-        """Apply the per-study settings to `config`, checking each choice."""
+        """Apply the per-study settings to `config`, checking each choice; what the file
+        leaves out keeps the default of the tune command (session.config)."""
         get = settings.get
+        backend = config.target.backend or ""
         for key in ("transforms", "sequence"):
-            known = {t.id for t in self.catalog.transformations_for(kernel, config.backend or "")}
+            known = {t.id for t in self.catalog.transformations_for(kernel, backend)}
             for i, tid in enumerate(get(key, [])):
                 if not isinstance(tid, str) or tid not in known:
                     raise self.fail(f"{entry.key(key)}[{i}]", f"unknown transformation {tid!r} for "
-                                                      f"{kernel} on {config.backend}")
-        llm = {k: get(k) for k in ("temperature", "repairs", "max_tokens_total")
-               if get(k) is not None}
-        return replace(
-            config,
-            applier=get("applier", self.overrides.applier), model=get("model"),
-            llm_settings=llm, seed=get("seed", 0), sampler=get("sampler", "tpe"),
-            encoding=get("encoding", "subset"), illegal=get("illegal", "repair"),
-            only=tuple(get("transforms", [])), sequence=tuple(get("sequence", [])),
-            compile_workers=get("compile_workers", 0), polish=float(get("polish", 0.5)),
-            build_budget=float(get("build_budget", BUILD_BUDGET)),
-            eval_config=EvalConfig(timeout_s=float(get("timeout", 60.0)),
-                                   repeats=get("repeats", 7)),
-        )
+                                                      f"{kernel} on {backend}")
+        options: dict[str, Any] = {k: settings[k] for k in _AS_OPTIONS if k in settings}
+        options["applier"] = get("applier", self.overrides.applier)
+        options["llm_settings"] = {k: get(k) for k in ("temperature", "repairs",
+                                                       "max_tokens_total")
+                                   if get(k) is not None}
+        for key, option in (("transforms", "only"), ("sequence", "sequence")):
+            if key in settings:
+                options[option] = tuple(settings[key])
+        for key in ("polish", "build_budget"):
+            if key in settings:
+                options[key] = float(settings[key])
+        timing = config.run.eval_config
+        if "timeout" in settings:
+            timing = dataclasses.replace(timing, timeout_s=float(settings["timeout"]))
+        if "repeats" in settings:
+            timing = dataclasses.replace(timing, repeats=int(settings["repeats"]))
+        options["eval_config"] = timing
+        return config.with_options(**options)
 
 
 def _kind_name(kind: str) -> str:

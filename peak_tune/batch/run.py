@@ -54,12 +54,12 @@ class StudyProgress:
         return self.best_gflops / denominator if denominator else None
 
     def as_json(self) -> dict[str, Any]:
-        config = self.study.config
+        target = self.study.config.target
         data: dict[str, Any] = self.summary or {
-            "study": self.study.name, "kernel": config.kernel, "device": config.device,
-            "backend": self.study.backend, "dtype": config.dtype,
+            "study": self.study.name, "kernel": target.kernel, "device": target.device,
+            "backend": self.study.backend, "dtype": target.dtype,
             "sizes": [s if isinstance(s, str) else "x".join(str(v) for v in s.values())
-                      for s in config.sizes],
+                      for s in target.sizes],
         }
         return {**data, "state": self.state, "target_trials": self.study.trials,
                 "finished_trials": self.done, "new_trials": self.new, "reason": self.reason}
@@ -201,7 +201,8 @@ def _fits(item: StudyProgress, running: list[StudyProgress]) -> bool:
     """Whether `item` may start beside the running studies without disturbing them."""
     if item.study.exclusive:
         return not running
-    return not any(r.study.exclusive or r.study.config.device == item.study.config.device
+    device = item.study.config.target.device
+    return not any(r.study.exclusive or r.study.config.target.device == device
                    for r in running)
 
 

@@ -36,7 +36,13 @@ from peak_tune.errors import (
     environment_fault,
 )
 from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES
-from peak_tune.session.config import CHOICES
+from peak_tune.session.config import (
+    CHOICES,
+    ApplierSettings,
+    RunSettings,
+    SearchSettings,
+    TargetSettings,
+)
 
 if TYPE_CHECKING:
     from peak_tune.session.config import TuneConfig
@@ -85,10 +91,10 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                    help="trials the study should hold in all (default 100): a study "
                         "resumed with --study runs only those it lacks, so the same command "
                         "finishes a stopped run; 0 runs none")
-    p.add_argument("--kernel", default="matmul")
+    p.add_argument("--kernel", default=TargetSettings.kernel)
     p.add_argument("--backend", help="c (default without a GPU)")
     p.add_argument("--device", help="device profile (see `peak-tune devices`); default cpu")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default=TargetSettings.dtype)
     p.add_argument("--size", action="append", type=_size, default=[], metavar="SIZE",
                    help="problem size; repeatable (default: the kernel's default size)")
     p.add_argument("--applier", choices=CHOICES["applier"],
@@ -97,61 +103,68 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="the LLM applier's model (default: OPENAI_MODEL)")
     p.add_argument("--temperature", type=float, help="LLM sampling temperature")
     _llm_options(p)
-    p.add_argument("--sampler", default="tpe", choices=CHOICES["sampler"])
-    p.add_argument("--encoding", default="subset", choices=CHOICES["encoding"],
-                   help="how a trial encodes a sequence (default subset)")
+    p.add_argument("--sampler", default=SearchSettings.sampler, choices=CHOICES["sampler"])
+    p.add_argument("--encoding", default=SearchSettings.encoding, choices=CHOICES["encoding"],
+                   help=f"how a trial encodes a sequence (default {SearchSettings.encoding})")
     p.add_argument("--warm-start", metavar="STUDY[,STUDY]",
                    help="a new study's first trials: the best of these studies (same storage, "
                         "kernel and backend; e.g. a smaller size or another device)")
-    p.add_argument("--warm-start-top", type=int, default=10, metavar="N",
-                   help="trials taken from each --warm-start study (default 10)")
+    p.add_argument("--warm-start-top", type=int, default=SearchSettings.warm_start_top,
+                   metavar="N", help="trials taken from each --warm-start study (default "
+                                     f"{SearchSettings.warm_start_top})")
     p.add_argument("--no-branch-start", dest="branch_start", action="store_false",
                    help="do not start a new study with a few trials per branch of the "
                         "catalog's conflicts (e.g. SIMT tiles vs tensor cores)")
-    p.add_argument("--polish", type=float, default=0.5, metavar="SHARE",
+    p.add_argument("--polish", type=float, default=SearchSettings.polish, metavar="SHARE",
                    help="share of trials spent on neighbours of the best so far (one "
-                        "tuning value moved a step); 0 turns it off (default 0.5)")
-    p.add_argument("--tell-order", default="auto", choices=CHOICES["tell_order"],
+                        "tuning value moved a step); 0 turns it off (default "
+                        f"{SearchSettings.polish:g})")
+    p.add_argument("--tell-order", default=SearchSettings.tell_order, choices=CHOICES["tell_order"],
                    help="tell Optuna trials in the order asked (a seeded run repeats "
                         "itself) or as they finish (no wait behind one slow build); "
                         "default auto: finished where builds run ahead of the timings "
                         "(Ray, GPU backends), asked otherwise (the C backend)")
-    p.add_argument("--ask-ahead", type=int, default=-1, metavar="N",
+    p.add_argument("--ask-ahead", type=int, default=SearchSettings.ask_ahead, metavar="N",
                    help="draws a sampler process of its own keeps ready, so that the "
                         "driver's thread never runs TPE; 0 samples in the driver; "
                         f"default: {ASK_AHEAD} where trials are told as they finish, "
                         f"the sampler is tpe and the machine has {ASK_AHEAD_MIN_CORES} "
                         "cores or more, else 0")
-    p.add_argument("--illegal", default="repair", choices=CHOICES["illegal"],
-                   help="what to do with an illegal sequence pick (default repair)")
+    p.add_argument("--illegal", default=SearchSettings.illegal, choices=CHOICES["illegal"],
+                   help=f"what to do with an illegal sequence pick (default "
+                        f"{SearchSettings.illegal})")
     p.add_argument("--sequence", help="tune only the parameters of this sequence: ID,ID,...")
     p.add_argument("--transforms", help="search only these transformations: ID,ID,...")
     p.add_argument("--replay", metavar="FILE",
                    help="answer evaluations from a recording instead of running kernels")
     p.add_argument("--step-values", action="store_true",
                    help="also time each prefix of a sequence (Optuna intermediate values)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="sampler seed (default 0): a run with the same seed repeats the same "
-                        "search, and the cache makes the repeat free")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per evaluation")
-    p.add_argument("--repeats", type=int, default=7, help="timed runs per evaluation")
-    p.add_argument("--compile-workers", type=int, default=0, metavar="N",
+    p.add_argument("--seed", type=int, default=SearchSettings.seed,
+                   help=f"sampler seed (default {SearchSettings.seed}): a run with the same "
+                        "seed repeats the same search, and the cache makes the repeat free")
+    p.add_argument("--timeout", type=float, default=EvalConfig.timeout_s,
+                   help="seconds per evaluation")
+    p.add_argument("--repeats", type=int, default=EvalConfig.repeats,
+                   help="timed runs per evaluation")
+    p.add_argument("--compile-workers", type=int, default=RunSettings.compile_workers,
+                   metavar="N",
                    help="variants built in parallel while one is timed (default: 1 for the "
                         "C backend, one per core for GPU backends)")
-    p.add_argument("--build-budget", type=_non_negative, default=BUILD_BUDGET, metavar="B",
+    p.add_argument("--build-budget", type=_non_negative, default=RunSettings.build_budget,
+                   metavar="B",
                    help="stop a build that runs past B times the median build of the run so "
                         f"far and prune its point (default {BUILD_BUDGET:g}; 0: never; from "
                         f"build {BUILD_BUDGET_AFTER} on, never before {BUILD_BUDGET_FLOOR_S:g} s)")
-    p.add_argument("--apply-workers", type=int, default=0, metavar="N",
+    p.add_argument("--apply-workers", type=int, default=ApplierSettings.workers, metavar="N",
                    help="transformations applied at once (default: 1 for the reference "
                         "applier, --llm-concurrency for the LLM one)")
-    p.add_argument("--executor", default="auto", choices=CHOICES["executor"],
+    p.add_argument("--executor", default=RunSettings.executor, choices=CHOICES["executor"],
                    help="where evaluations run: local (this process) or ray (one worker per "
                         "device, on this machine or a cluster); auto picks ray with more than "
                         "one GPU or with --ray-address")
     p.add_argument("--ray-address", metavar="ADDR",
                    help="join this Ray cluster (e.g. ray://head:10001 or auto)")
-    p.add_argument("--ray-workers", type=int, default=0, metavar="N",
+    p.add_argument("--ray-workers", type=int, default=RunSettings.ray_workers, metavar="N",
                    help="device workers on Ray (default: one per GPU; the C backend: one "
                         "per node)")
     p.add_argument("--sanitize", action="store_true",
@@ -168,7 +181,7 @@ def _llm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repairs", type=int,
                    help="repair attempts per LLM step: a compile error or a wrong result "
                         "goes back to the model (default 2)")
-    p.add_argument("--samples", type=int, default=1, metavar="N",
+    p.add_argument("--samples", type=int, default=ApplierSettings.samples, metavar="N",
                    help="independent LLM applications per step; the first that compiles "
                         "and validates is used, later ones are asked only on failure")
     p.add_argument("--max-tokens-total", type=int,
@@ -177,7 +190,8 @@ def _llm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cost", type=float, metavar="USD",
                    help="stop the run (exit 3) once the LLM calls cost this many dollars "
                         "(the model needs a price)")
-    p.add_argument("--budget-scope", choices=CHOICES["budget_scope"], default="run",
+    p.add_argument("--budget-scope", choices=CHOICES["budget_scope"],
+                   default=ApplierSettings.budget_scope,
                    help="what the budgets count: this run's calls (default), or the "
                         "study's in every run so far (from the journal in the cache)")
     p.add_argument("--llm-prices", metavar="FILE",
@@ -238,8 +252,8 @@ def _parser() -> argparse.ArgumentParser:
                                         "needed): resources and pruning per point")
     p.add_argument("--device", required=True)
     p.add_argument("--backend", help="default: the device's")
-    p.add_argument("--kernel", default="matmul")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--kernel", default=TargetSettings.kernel)
+    p.add_argument("--dtype", default=TargetSettings.dtype)
     p.add_argument("--points", type=int, default=50,
                    help="random sequences beyond each transformation's own variant")
     p.add_argument("--seed", type=int, default=0)
@@ -297,7 +311,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         from peak_tune.appliers.llm.config import load_llm_settings
 
         llm_file = load_llm_settings(Path(args.llm_config))
-    return TuneConfig(
+    return TuneConfig.of(
         kernel=args.kernel, backend=args.backend, device=args.device, dtype=args.dtype,
         sizes=tuple(args.size),
         applier=args.applier or ("llm" if args.llm_config else default_applier()),
@@ -416,7 +430,7 @@ def _batch(args: argparse.Namespace) -> int:
         raise UserError("--parallel must be 1 or more")
     plan = load_batch(Path(args.file), Path(args.results) if args.results else None,
                       args.storage, default_applier())
-    if args.parallel > 1 and any(s.config.executor != "local" for s in plan.studies):
+    if args.parallel > 1 and any(s.config.run.executor != "local" for s in plan.studies):
         raise UserError("--parallel with the Ray executor: each study already spreads over "
                         "every device of the cluster, so studies run one after another")
     started = time.perf_counter()

@@ -18,6 +18,7 @@ from typing import Any
 from peak_tune.backends.base import EvalConfig
 from peak_tune.core import size_of
 from peak_tune.errors import ApplyError, UserError
+from peak_tune.session.config import ApplierSettings
 from peak_tune.workbench.steps import ApplyRequest, Target, Workbench, WorkbenchConfig
 
 __all__ = ["add_parsers", "apply", "checkpoint", "mcp"]
@@ -141,12 +142,12 @@ def _config(args: argparse.Namespace) -> WorkbenchConfig:
         target=Target(getattr(args, "kernel", None), getattr(args, "backend", None),
                       getattr(args, "device", None), getattr(args, "dtype", None),
                       getattr(args, "size", None)),
-        applier=getattr(args, "applier", None) or (
-            "llm" if getattr(args, "llm_config", None) else default_applier()),
-        model=model,
+        applier=ApplierSettings(
+            name=getattr(args, "applier", None) or (
+                "llm" if getattr(args, "llm_config", None) else default_applier()),
+            model=model, llm_settings=llm_settings),
         eval_config=EvalConfig(timeout_s=getattr(args, "timeout", 60.0),
                                repeats=getattr(args, "repeats", 7)),
-        llm_settings=llm_settings,
     )
 
 

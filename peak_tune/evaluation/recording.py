@@ -65,7 +65,7 @@ def record_space(session: TuneSession, ids: Sequence[str], output: Path) -> int:
         "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "backend": session.backend.name,
         "device": dict(session.backend.fingerprint()),
-        "dtype": session.config.dtype,
+        "dtype": session.config.target.dtype,
         "transformations": list(ids),
         "vendor": vendor,
         "outcomes": outcomes,

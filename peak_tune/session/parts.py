@@ -25,7 +25,15 @@ from peak_tune.search.space import (
     StepsEncoding,
     SubsetEncoding,
 )
-from peak_tune.session.config import BudgetScope, Encoding, Illegal, TuneConfig
+from peak_tune.session.config import (
+    ApplierSettings,
+    BudgetScope,
+    Encoding,
+    Illegal,
+    RunSettings,
+    SearchSettings,
+    TuneConfig,
+)
 
 if TYPE_CHECKING:
     from peak_tune.executors.ray import RaySettings
@@ -34,97 +42,99 @@ __all__ = ["apply_workers", "backend_for", "compile_workers", "count_earlier_spe
            "encoding_for", "executor_for", "wired_applier_for"]
 
 
-def compile_workers(config: TuneConfig, on_host: bool) -> int:
+def compile_workers(run: RunSettings, on_host: bool) -> int:
     """Builds at once: 1 for a backend that runs on the host (a compiler beside a CPU
     timing would disturb it), else one per host core."""
-    if config.compile_workers > 0:
-        return config.compile_workers
+    if run.compile_workers > 0:
+        return run.compile_workers
     return 1 if on_host else max(1, os.cpu_count() or 1)
 
 
-def apply_workers(config: TuneConfig, applier: Applier) -> int:
+def apply_workers(settings: ApplierSettings, applier: Applier) -> int:
     """Applications at once: one for the reference applier (fast, and a seeded run
     stays repeatable), several for the LLM one (each call waits on the network)."""
-    if config.apply_workers > 0:
-        return config.apply_workers
+    if settings.workers > 0:
+        return settings.workers
     llm_config = getattr(applier, "config", None)  # the LLM client's request cap
-    return int(getattr(llm_config, "concurrency", 1)) if config.applier == "llm" else 1
+    return int(getattr(llm_config, "concurrency", 1)) if settings.name == "llm" else 1
 
 
-def _ray_settings(config: TuneConfig, builds: int) -> RaySettings:
+def _ray_settings(run: RunSettings, builds: int) -> RaySettings:
     from peak_tune.executors.ray import RaySettings
 
-    return RaySettings(address=config.ray_address, workers=config.ray_workers,
+    return RaySettings(address=run.ray_address, workers=run.ray_workers,
                        builds_per_worker=max(1, builds // 2))
 
 
-def backend_for(config: TuneConfig, device: DeviceProfile, name: str, builds: int) -> Backend:
+def backend_for(run: RunSettings, device: DeviceProfile, name: str, builds: int) -> Backend:
     """The backend here; with a Ray address, the cluster's (ClusterBackend: the device
     is probed and the vendor timed there, none is needed here); a replay's."""
-    if config.replay is None and config.ray_address and \
-            choose_executor(config.executor, config.ray_address, name) == "ray":
+    if run.replay is None and run.ray_address and \
+            choose_executor(run.executor, run.ray_address, name) == "ray":
         from peak_tune.executors.cluster_backend import ClusterBackend
 
-        return ClusterBackend(name, device, _ray_settings(config, builds))
-    if config.replay is None:
+        return ClusterBackend(name, device, _ray_settings(run, builds))
+    if run.replay is None:
         return make_backend(name, device)
     from peak_tune.backends.replay import ReplayBackend
 
-    return ReplayBackend(device, config.replay)
+    return ReplayBackend(device, run.replay)
 
 
-def executor_for(config: TuneConfig, pipeline: Pipeline, backend_name: str,
+def executor_for(run: RunSettings, pipeline: Pipeline, backend_name: str,
                  builds: int) -> Executor:
-    choice = choose_executor(config.executor, config.ray_address, backend_name)
+    choice = choose_executor(run.executor, run.ray_address, backend_name)
     if choice == "local":
         return LocalExecutor(pipeline, builds)
-    if config.replay is not None:
+    if run.replay is not None:
         raise UserError("--replay answers from a recording: use --executor local")
     from peak_tune.executors.ray import RayExecutor
 
-    return RayExecutor(_ray_settings(config, builds), pipeline, backend_name)
+    return RayExecutor(_ray_settings(run, builds), pipeline, backend_name)
 
 
 def wired_applier_for(config: TuneConfig, backend: Backend, spec: KernelSpec,
                       cache: Cache) -> Applier:
     """The reference applier, or the LLM one wired to this backend's compiler and
     validation so that compile errors and wrong results go back to the model."""
-    if config.samples < 1:
+    settings = config.applier
+    if settings.samples < 1:
         raise UserError("--samples must be 1 or more")
-    if config.applier != "llm" and config.samples > 1:
+    if settings.name != "llm" and settings.samples > 1:
         raise UserError("--samples needs --applier llm (the reference applier is "
                         "deterministic: every sample would be the same)")
-    against = AppliedWith(backend, spec, config.dtype, cache, config.eval_config,
-                          run_kernels=config.replay is None)
-    return wired_applier(config.applier, config.model, config.llm_settings, against)
+    against = AppliedWith(backend, spec, config.target.dtype, cache, config.run.eval_config,
+                          run_kernels=config.run.replay is None)
+    return wired_applier(settings.name, settings.model, settings.llm_settings, against)
 
 
-def encoding_for(config: TuneConfig, transformations: Mapping[str, Transformation]
+def encoding_for(search: SearchSettings, transformations: Mapping[str, Transformation]
                  ) -> SequenceEncoding:
-    if config.sequence:
-        return FixedEncoding(config.sequence, transformations)
-    repair = config.illegal is Illegal.REPAIR
-    if config.encoding is Encoding.SUBSET:
+    if search.sequence:
+        return FixedEncoding(search.sequence, transformations)
+    repair = search.illegal is Illegal.REPAIR
+    if search.encoding is Encoding.SUBSET:
         return SubsetEncoding(transformations, repair)
-    return StepsEncoding(transformations, repair, config.max_steps)
+    return StepsEncoding(transformations, repair, search.max_steps)
 
 
-def count_earlier_spend(config: TuneConfig, applier: Applier, cache_folder: Path) -> None:
+def count_earlier_spend(settings: ApplierSettings, study: str | None, applier: Applier,
+                        cache_folder: Path) -> None:
     """With budget_scope "study", the LLM budget also counts the calls the journal
     holds for this study from earlier runs (only a study named with --study has any: a
     new run's study is new)."""
     count = getattr(applier, "count_earlier", None)
-    if config.budget_scope is BudgetScope.RUN or count is None:
+    if settings.budget_scope is BudgetScope.RUN or count is None:
         return
     from peak_tune.appliers.llm.client import Usage
     from peak_tune.appliers.llm.prices import price_for
     from peak_tune.appliers.llm.stats import read_records
 
-    name = config.study
+    name = study
     if not name:
         return
     earlier = [r for r in read_records(cache_folder) if r.study == name]
-    prices = str(config.llm_settings.get("prices_file") or "")
+    prices = str(settings.llm_settings.get("prices_file") or "")
     cost, unpriced = 0.0, set()
     for r in earlier:  # a call journaled without a price is priced by today's table
         if r.cost_usd is not None:
@@ -133,7 +143,7 @@ def count_earlier_spend(config: TuneConfig, applier: Applier, cache_folder: Path
             cost += price.cost_usd(r.prompt_tokens, r.completion_tokens)
         else:
             unpriced.add(r.model)
-    if unpriced and config.llm_settings.get("max_cost_usd"):
+    if unpriced and settings.llm_settings.get("max_cost_usd"):
         raise UserError(f"--max-cost with --budget-scope study: study {name!r} has earlier "
                         f"calls without a price (model {', '.join(sorted(unpriced))}); "
                         "give it with --llm-prices FILE, or count this run only")

@@ -202,7 +202,7 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
         "kernel": session.spec.name,
         "device": session.device.name,
         "backend": session.backend.name,
-        "dtype": session.config.dtype,
+        "dtype": session.config.target.dtype,
         "sizes": [s.label() for s in session.sizes],
         "best": {
             "gflops": best_gflops,

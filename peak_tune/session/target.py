@@ -98,16 +98,18 @@ def _size(index: int, given: Mapping[str, int] | str, symbols: tuple[str, ...]
 
 def resolve_target(config: TuneConfig) -> TuneTarget:
     """The target of `config`; UserError naming the first thing that does not fit."""
-    catalog = Catalog.with_user_folders(config.catalogs)
-    found = resolve_kernel_target(catalog, config.kernel, config.device, config.backend,
-                                  config.dtype, config.sizes)
+    wanted_target, search = config.target, config.search
+    catalog = Catalog.with_user_folders(wanted_target.catalogs)
+    dtype = wanted_target.dtype
+    found = resolve_kernel_target(catalog, wanted_target.kernel, wanted_target.device,
+                                  wanted_target.backend, dtype, wanted_target.sizes)
     spec, device, backend, sizes = found.spec, found.device, found.backend, found.sizes
     transformations = {t.id: t for t in catalog.transformations_for(
-        spec.name, backend, config.dtype, device.vendor)}
+        spec.name, backend, dtype, device.vendor)}
     if backend not in spec.sources:
         raise UserError(f"kernel {spec.name!r} has no seed for backend {backend!r}")
     every_type = {t.id for t in catalog.transformations_for(spec.name, backend)}
-    for tid in config.sequence + config.only:
+    for tid in search.sequence + search.only:
         wanted = catalog.transformations.get(tid)
         if tid in every_type and wanted is not None and wanted.vendors and \
                 device.vendor not in wanted.vendors:
@@ -115,16 +117,16 @@ def resolve_target(config: TuneConfig) -> TuneTarget:
                             f"devices, not {device.name} ({device.vendor or 'no GPU'})")
         if tid in every_type and tid not in transformations:
             allowed = ", ".join(catalog.element_types(tid)) or "no element type"
-            raise UserError(f"transformation {tid!r} does not apply to {config.dtype} "
+            raise UserError(f"transformation {tid!r} does not apply to {dtype} "
                             f"(it is for {allowed})")
         if tid not in transformations:
             raise UserError(f"unknown transformation {tid!r} for {spec.name} on "
                             f"{backend} (see `peak-tune transforms list`)")
-    if config.only:
-        transformations = {t: transformations[t] for t in config.only}
-    _check_fixed_sequence(config.sequence, transformations)
-    if config.replay is None:  # a replay allocates nothing
-        _check_host_memory(spec, sizes, config.dtype)
+    if search.only:
+        transformations = {t: transformations[t] for t in search.only}
+    _check_fixed_sequence(search.sequence, transformations)
+    if config.run.replay is None:  # a replay allocates nothing
+        _check_host_memory(spec, sizes, dtype)
     return TuneTarget(spec, device, backend, sizes, transformations)
 
 

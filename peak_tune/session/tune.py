@@ -91,37 +91,39 @@ class TuneSession:
         self.transformations = target.transformations
         backend_name = target.backend
         self.capabilities = capabilities(backend_name)
-        self.backend: Backend = parts.backend_for(config, self.device, backend_name,
+        self.backend: Backend = parts.backend_for(config.run, self.device, backend_name,
                                                    self.compile_workers)
         try:  # before anything is created: a device that is not here leaves nothing
             self.device = self.backend.probe()
-            check_results_folder(config.results)
+            check_results_folder(config.store.results)
         except BaseException:
             self.backend.close()
             raise
-        self.cache = Cache(config.results / "cache")
+        self.cache = Cache(config.store.results / "cache")
         self.applier = parts.wired_applier_for(config, self.backend, self.spec, self.cache)
-        setup = PipelineSetup(self.spec, config.dtype, self.device, self.transformations,
-                              config.eval_config, config.samples,
-                              NoisePolicy.off() if config.replay else NoisePolicy())
+        setup = PipelineSetup(self.spec, config.target.dtype, self.device,
+                              self.transformations, config.run.eval_config,
+                              config.applier.samples,
+                              NoisePolicy.off() if config.run.replay else NoisePolicy())
         self.pipeline = Pipeline(setup, self.backend, self.applier, self.cache)
-        self.encoding = parts.encoding_for(config, self.transformations)
+        self.encoding = parts.encoding_for(config.search, self.transformations)
         try:
-            steps = self.transformations if config.encoding == "subset" else None
-            polisher = Polisher(config.polish, transformations=steps)
+            steps = self.transformations if config.search.encoding == "subset" else None
+            polisher = Polisher(config.search.polish, transformations=steps)
         except ValueError as exc:
-            raise UserError(f"--polish {config.polish}: {exc}") from exc
+            raise UserError(f"--polish {config.search.polish}: {exc}") from exc
         # may refuse: before any process or study is made
-        parts.count_earlier_spend(config, self.applier, self.cache.folder)
+        parts.count_earlier_spend(config.applier, config.store.study, self.applier,
+                                  self.cache.folder)
         # before the study: fail first
-        self.executor = parts.executor_for(config, self.pipeline, backend_name,
+        self.executor = parts.executor_for(config.run, self.pipeline, backend_name,
                                            self.compile_workers)
         attach = getattr(self.backend, "attach", None)  # a ClusterBackend's device workers
         if attach is not None:
             attach(self.executor)
         try:
-            self.tell_as_finished = tells_as_finished(config.tell_order, self.executor,
-                                                      replay=config.replay is not None)
+            self.tell_as_finished = tells_as_finished(config.search.tell_order, self.executor,
+                                                      replay=config.run.replay is not None)
             self._appliers = ThreadPoolExecutor(self.apply_workers,
                                                 thread_name_prefix="apply")
             self.searcher = Searcher(self._study_settings(backend_name), self.encoding,
@@ -136,7 +138,7 @@ class TuneSession:
         self.vendors = VendorBook(self.backend, self.pipeline, self.sizes,
                                   self.searcher.mirror.set_user_attr, self.observers.notify)
         self.confirmer = BestConfirmer(self.backend, self.pipeline, self.sizes, self.vendors,
-                                       replay=config.replay is not None)
+                                       replay=config.run.replay is not None)
         self.confirmation: Confirmation | None = None  # the best re-timed (confirm_best)
         self.started_at = time.time()
         self._journal = LLMJournal(self.cache)
@@ -164,21 +166,22 @@ class TuneSession:
 
     @property
     def storage_url(self) -> str:
-        return self.config.storage or results_storage_url(self.config.results)
+        store = self.config.store
+        return store.storage or results_storage_url(store.results)
 
     def _study_settings(self, backend_name: str) -> StudySettings:
-        c = self.config
+        search, dtype = self.config.search, self.config.target.dtype
         sizes = [s.label() for s in self.sizes]
-        base = "-".join([self.spec.name, self.device.name, c.dtype, "_".join(sizes)])
+        base = "-".join([self.spec.name, self.device.name, dtype, "_".join(sizes)])
         return StudySettings(
-            storage_url=self.storage_url, name=c.study,
-            base_name=base + ("-fixed" if c.sequence else ""),
+            storage_url=self.storage_url, name=self.config.store.study,
+            base_name=base + ("-fixed" if search.sequence else ""),
             identity={"kernel": self.spec.name, "backend": backend_name,
-                      "device": self.device.name, "dtype": c.dtype, "sizes": sizes},
-            applier_identity=self.applier.identity, sampler=c.sampler, seed=c.seed,
-            encoding=c.encoding, fixed_sequence=bool(c.sequence),
-            branch_start=c.branch_start, warm_start=c.warm_start,
-            warm_start_top=c.warm_start_top, ask_ahead=c.ask_ahead)
+                      "device": self.device.name, "dtype": dtype, "sizes": sizes},
+            applier_identity=self.applier.identity, sampler=search.sampler, seed=search.seed,
+            encoding=search.encoding, fixed_sequence=bool(search.sequence),
+            branch_start=search.branch_start, warm_start=search.warm_start,
+            warm_start_top=search.warm_start_top, ask_ahead=search.ask_ahead)
 
     # ------------------------------------------------------------------- vendor
 
@@ -297,7 +300,7 @@ class TuneSession:
 
     @property
     def compile_workers(self) -> int:
-        return parts.compile_workers(self.config, self.capabilities.on_host)
+        return parts.compile_workers(self.config.run, self.capabilities.on_host)
 
     def _start(self, item: Started) -> None:
         """Choose the sequence here; apply it and hand the point to the executor on the
@@ -329,7 +332,7 @@ class TuneSession:
 
     @property
     def apply_workers(self) -> int:
-        return parts.apply_workers(self.config, self.applier)
+        return parts.apply_workers(self.config.applier, self.applier)
 
     def _job(self, variant: KernelContext, params: dict[str, int], trial: int = -1
              ) -> EvalJob:
@@ -344,12 +347,13 @@ class TuneSession:
         """How long a build may run now: --build-budget times the median of this run's
         builds, at least BUILD_BUDGET_FLOOR_S; 0 (no limit) before BUILD_BUDGET_AFTER
         builds or with a budget of 0. A build stopped at it counts as lasting that long."""
-        if self.config.build_budget <= 0:
+        budget = self.config.run.build_budget
+        if budget <= 0:
             return 0.0
         builds = [job.build_s for job in list(self.executor.job_times) if job.compiled]
         if len(builds) < BUILD_BUDGET_AFTER:
             return 0.0
-        return max(BUILD_BUDGET_FLOOR_S, self.config.build_budget * statistics.median(builds))
+        return max(BUILD_BUDGET_FLOOR_S, budget * statistics.median(builds))
 
     def _finish(self, item: Started) -> TrialRecord:
         def ended(status: Status, message: str = "", gflops: float = 0.0,
@@ -368,7 +372,7 @@ class TuneSession:
         failed = next((o for o in outcomes if o.status is not Status.OK), None)
         if failed:
             return ended(failed.status, failed.message, cached=failed.cached)
-        if self.config.step_values:
+        if self.config.search.step_values:
             self._report_steps(item.trial, item.chain, item.params)
         item.trial.set_user_attr("gflops", {s.label(): o.gflops for s, o in zip(
             self.sizes, outcomes, strict=True)})
@@ -424,7 +428,7 @@ class TuneSession:
         if best is None or built is None:
             return "no finished trial to profile"
         report = profile(*built)
-        folder = self.config.results / "profiles"
+        folder = self.config.store.results / "profiles"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self.study.study_name}-trial{best.number}.csv"
         path.write_text(report.raw)
@@ -446,7 +450,7 @@ class TuneSession:
         if context is None:
             return None
         params = {p.name: trial.user_attrs["params"][p.name] for p in context.params}
-        artifact = self.backend.compile(context, params, self.config.dtype,
+        artifact = self.backend.compile(context, params, self.config.target.dtype,
                                         str(self.cache.builds))
         return artifact, self.pipeline.request(context, params, self.sizes[0], 0.0)
 

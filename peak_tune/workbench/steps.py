@@ -35,6 +35,7 @@ from peak_tune.core import (
 from peak_tune.errors import ApplyError, InvalidPoint, UserError
 from peak_tune.evaluation.cache import Cache
 from peak_tune.evaluation.pipeline import Pipeline, PipelineSetup, seed_context
+from peak_tune.session.config import ApplierSettings
 from peak_tune.session.target import resolve_kernel_target
 from peak_tune.workbench.checkpoints import (
     SEED,
@@ -79,10 +80,8 @@ class WorkbenchConfig:
     results: Path = Path("results")
     catalogs: tuple[str, ...] = ()
     target: Target = field(default_factory=Target)
-    applier: str = "reference"
-    model: str | None = None  # the LLM applier's model (else OPENAI_MODEL)
+    applier: ApplierSettings = field(default_factory=ApplierSettings)  # as the tune command's
     eval_config: EvalConfig = field(default_factory=EvalConfig)
-    llm_settings: Mapping[str, object] = field(default_factory=dict)  # LLMConfig fields
 
 
 @dataclass(frozen=True)
@@ -233,8 +232,9 @@ class Workbench:
         """As a tuning session builds it: the LLM one repairs compile errors and wrong
         results."""
         against = AppliedWith(backend, spec, dtype, self.cache, self.config.eval_config)
-        return wired_applier(self.config.applier, self.config.model,
-                             dict(self.config.llm_settings), against)
+        settings = self.config.applier
+        return wired_applier(settings.name, settings.model, dict(settings.llm_settings),
+                             against)
 
     def context(self, checkpoint: Checkpoint | None, pipe: Pipeline) -> KernelContext:
         if checkpoint is None:

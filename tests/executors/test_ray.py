@@ -45,7 +45,7 @@ def local_ray() -> Iterator[None]:
 def ray_session(results: Path, **over: object) -> TuneSession:
     settings: dict = {"sizes": (SIZE,), "results": results, "executor": "ray",
                       "ray_workers": 2, "eval_config": EvalConfig(repeats=3), **over}
-    config = TuneConfig(**settings)
+    config = TuneConfig.of(**settings)
     return open_session(config)
 
 
@@ -110,7 +110,7 @@ def test_a_job_lost_with_its_worker_runs_again_on_the_restarted_worker(
 
 def test_a_job_lost_too_often_fails_as_a_crash_and_is_not_cached(
         local_ray: None, tmp_path: Path) -> None:
-    session = open_session(TuneConfig(sizes=(SIZE,), results=tmp_path, executor="local"))
+    session = open_session(TuneConfig.of(sizes=(SIZE,), results=tmp_path, executor="local"))
     executor = RayExecutor(RaySettings(workers=1, retries_on_loss=0), session.pipeline, "c")
     try:
         job = slow_job(session)
@@ -182,7 +182,7 @@ def test_a_killed_driver_resumes_without_repeating_finished_trials(tmp_path: Pat
 
 def test_variants_built_on_cpu_workers_are_shipped_to_the_device_worker(
         local_ray: None, tmp_path: Path) -> None:
-    session = open_session(TuneConfig(sizes=(SIZE,), results=tmp_path, executor="local"))
+    session = open_session(TuneConfig.of(sizes=(SIZE,), results=tmp_path, executor="local"))
     executor = RayExecutor(RaySettings(workers=1, build_on="cpu"), session.pipeline, "c")
     try:
         variant = session.pipeline.build(["loop-interchange"])[-1]

@@ -162,7 +162,7 @@ def test_fixed_values_are_never_drawn_again_by_the_driver():
 
 def instant_session(tmp_path: Path, **config: Any) -> tune.TuneSession:
     parts.make_backend = lambda name, device: InstantCudaBackend(device)  # type: ignore
-    return tune.open_session(TuneConfig(**{
+    return tune.open_session(TuneConfig.of(**{
         "backend": "cuda", "device": "h200", "dtype": "float32",
         "sizes": ({"M": 256, "N": 256, "K": 256},), "results": tmp_path,
         "executor": "local", "seed": 0, "compile_workers": 4, "ask_ahead": 2, **config}))

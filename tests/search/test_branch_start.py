@@ -75,7 +75,7 @@ def test_branch_trial_decodes_to_its_sequence_with_declared_defaults():
 
 @pytest.mark.parametrize("branch_start", [True, False])
 def test_new_study_enqueues_seed_then_branches(tmp_path, branch_start):
-    session = open_session(TuneConfig(results=tmp_path, branch_start=branch_start))
+    session = open_session(TuneConfig.of(results=tmp_path, branch_start=branch_start))
     try:
         waiting = session.study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     finally:

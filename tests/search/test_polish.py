@@ -139,7 +139,7 @@ def test_cuda_trials_pruned_by_their_constraints_are_followed_by_their_repair(
     """The real CUDA catalog, reference applier and TPE; the GPU answers at once."""
     monkeypatch.setattr("peak_tune.session.parts.make_backend",
                         lambda name, device: InstantCudaBackend(device))
-    session = open_session(TuneConfig(backend="cuda", device="h200", dtype="float16",
+    session = open_session(TuneConfig.of(backend="cuda", device="h200", dtype="float16",
                                       sizes=({"M": 4096, "N": 4096, "K": 4096},),
                                       results=tmp_path, compile_workers=2))
     try:
