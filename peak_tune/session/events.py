@@ -12,11 +12,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from peak_tune.appliers.base import Applier
+from peak_tune.appliers.wiring import LLMJournal
 from peak_tune.core import Status
 from peak_tune.search.trials import TrialRecord
 
-__all__ = ["STATUS_LABELS", "BudgetSpent", "Event", "NewBest", "Observer", "Observers",
-           "RunEnded", "RunLedger", "TrialFinished", "VendorMeasured"]
+__all__ = ["STATUS_LABELS", "BudgetSpent", "CallJournal", "Event", "NewBest", "Observer",
+           "Observers", "RunEnded", "RunLedger", "TrialFinished", "VendorMeasured"]
 
 # how a trial's outcome is named in the summary, the batch table and the report
 STATUS_LABELS = {
@@ -129,3 +131,21 @@ class RunLedger:
                 "cached": self.cached, "new_bests": self.new_bests,
                 "vendor_timings": self.vendor_timings, "stopped": self.stopped,
                 "budget_spent": self.budget_spent}
+
+
+@dataclass
+class CallJournal:
+    """Writes the applier's new LLM calls to the cache's journal (`peak-tune stats`) as
+    each trial is stored and when the run ends, stopped or not (a stopped trial's calls
+    cost too); `write` for the last ones, at close."""
+
+    journal: LLMJournal
+    applier: Applier
+    study: str
+
+    def notify(self, event: Event) -> None:
+        if isinstance(event, TrialFinished | RunEnded):
+            self.write()
+
+    def write(self) -> None:
+        self.journal.write(self.applier, self.study)

@@ -45,6 +45,7 @@ from peak_tune.session.config import TuneConfig
 from peak_tune.session.confirmation import CONFIRM_ATTR, BestConfirmer, Confirmation
 from peak_tune.session.events import (
     BudgetSpent,
+    CallJournal,
     NewBest,
     Observer,
     Observers,
@@ -141,7 +142,9 @@ class TuneSession:
                                        replay=config.run.replay is not None)
         self.confirmation: Confirmation | None = None  # the best re-timed (confirm_best)
         self.started_at = time.time()
-        self._journal = LLMJournal(self.cache)
+        # the LLM calls, journaled as trials are stored and when the run ends
+        self._journal = CallJournal(LLMJournal(self.cache), self.applier, self.study.study_name)
+        self.observers.subscribe(self._journal)
         # where the trial loop's own thread spent its time: a study whose driver mostly
         # waits is limited by its devices, one that mostly asks by the sampler
         self.loop_seconds = {"asking": 0.0, "waiting": 0.0, "telling": 0.0}
@@ -238,10 +241,8 @@ class TuneSession:
                                          item.params)
                     clock["waiting"] += told - began
                     clock["telling"] += time.perf_counter() - told
-                    self._journal_llm_calls()
                     shown.stored(self.searcher.mirror.take_stored())
             except BaseException as exc:
-                self._journal_llm_calls()  # the calls of the stopped trials cost too
                 for item in pending:
                     if item.prepared:
                         item.prepared.cancel()
@@ -294,9 +295,6 @@ class TuneSession:
     def window(self) -> int:
         """Trials between ask and tell: enough to keep the executor and appliers busy."""
         return max(self.executor.slots, self.apply_workers)
-
-    def _journal_llm_calls(self) -> None:
-        self._journal.write(self.applier, self.study.study_name)
 
     @property
     def compile_workers(self) -> int:
@@ -490,7 +488,7 @@ class TuneSession:
                 abandon = getattr(self.applier, "abandon_in_flight", None)
                 if abandon is not None:
                     abandon()
-                self._journal_llm_calls()
+                self._journal.write()
             self.executor.close()
             self.searcher.close()
         finally:
