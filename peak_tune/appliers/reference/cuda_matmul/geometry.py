@@ -64,6 +64,8 @@ def macros_used(plan: Plan) -> tuple[str, ...]:
         used.append("WGMMA_N")
     if plan.mfma or plan.coopmat:
         used += ["WAVES_M", "WAVES_N"]
+    if plan.mfma:
+        used.append("MFMA_TILE")
     return tuple(used)
 
 
@@ -92,8 +94,8 @@ def derived_macros(plan: Plan) -> list[str]:
         lines += [
             "#define PT_WAVE_M (BLOCK_M / WAVES_M) /* a wave's tile rows: PT_MFMA_M MFMA tiles */",
             "#define PT_WAVE_N (BLOCK_N / WAVES_N) /* a wave's tile columns: PT_MFMA_N tiles */",
-            "#define PT_MFMA_M (PT_WAVE_M / 32) /* 32 x 32 MFMA tiles per wave along M */",
-            "#define PT_MFMA_N (PT_WAVE_N / 32)",
+            "#define PT_MFMA_M (PT_WAVE_M / MFMA_TILE) /* MFMA tiles per wave along M */",
+            "#define PT_MFMA_N (PT_WAVE_N / MFMA_TILE)",
             "#define PT_THREADS (64 * WAVES_M * WAVES_N) /* waves of 64 lanes */",
         ]
     elif plan.coopmat:

@@ -281,12 +281,12 @@ def tma(plan: Plan, device: DeviceProfile) -> Change:
     return Change(plan.but(tma=True), ("BLOCK_M <= 256", "TILE_K_SIZE <= 256"))
 
 
-# CDNA targets with the 32 x 32 MFMA instructions (v_mfma_f32_32x32x8f16, _32x32x2f32)
+# CDNA targets with the 32 x 32 and 16 x 16 MFMA instructions (mfma_layout)
 _MFMA_ARCHS = ("gfx908", "gfx90a", "gfx940", "gfx941", "gfx942")
 
 
 def mfma(plan: Plan, device: DeviceProfile) -> Change:
-    """Waves of 64 lanes compute 32 x 32 tiles with MFMA: AMD CDNA GPUs only."""
+    """Waves of 64 lanes compute MFMA_TILE x MFMA_TILE tiles with MFMA: AMD CDNA GPUs only."""
     _shared(plan, "mfma")
     _once(plan.mfma, "mfma: the kernel already uses the matrix cores")
     if not plan.hip:
@@ -301,8 +301,9 @@ def mfma(plan: Plan, device: DeviceProfile) -> Change:
         raise ApplyError(f"mfma's lane layouts are for waves of 64 lanes, device "
                          f"{device.name!r} has {_fact(device, 'warp_size', 64)}")
     child = plan.but(mfma=True)
-    ties = ("BLOCK_M % (32 * WAVES_M) == 0", "BLOCK_N % (32 * WAVES_N) == 0",
-            "TILE_K_SIZE % 8 == 0", _threads_limit(child, device),
+    # fp16's k per instruction (256 / MFMA_TILE: 8 or 16) also covers fp32's (2 or 4)
+    ties = ("BLOCK_M % (MFMA_TILE * WAVES_M) == 0", "BLOCK_N % (MFMA_TILE * WAVES_N) == 0",
+            "TILE_K_SIZE % (256 // MFMA_TILE) == 0", _threads_limit(child, device),
             _mfma_accumulators(device), _lds_limit(child, device))
     return Change(child, ties)
 
@@ -332,11 +333,11 @@ def cooperative_matrix(plan: Plan, device: DeviceProfile) -> Change:
 
 
 def _mfma_accumulators(device: DeviceProfile) -> str:
-    # 16 fp32 accumulators per lane per 32 x 32 tile, held for the whole K loop: more than
-    # the AGPRs (on gfx90a and gfx942 at most half the unified 512-register file) cannot
-    # fit beside the operands and addresses in the VGPRs
-    tiles = "(BLOCK_M // (32 * WAVES_M)) * (BLOCK_N // (32 * WAVES_N))"
-    return f"16 * {tiles} <= {_fact(device, 'max_agprs', 256)}"
+    # MFMA_TILE^2 / 64 fp32 accumulators per lane per tile (16 or 4), held for the whole
+    # K loop: more than the AGPRs (on gfx90a and gfx942 at most half the unified
+    # 512-register file) cannot fit beside the operands and addresses in the VGPRs
+    tiles = "(BLOCK_M // (MFMA_TILE * WAVES_M)) * (BLOCK_N // (MFMA_TILE * WAVES_N))"
+    return f"MFMA_TILE * MFMA_TILE // 64 * {tiles} <= {_fact(device, 'max_agprs', 256)}"
 
 
 def _lds_limit(plan: Plan, device: DeviceProfile) -> str:
