@@ -14,7 +14,7 @@ from peak_tune.appliers.wiring import AppliedWith, wired_applier
 from peak_tune.backends import make_backend
 from peak_tune.backends.base import Backend
 from peak_tune.catalog.types import DeviceProfile, Transformation
-from peak_tune.core import KernelSpec
+from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import UserError
 from peak_tune.evaluation.cache import Cache
 from peak_tune.evaluation.pipeline import Pipeline
@@ -25,6 +25,7 @@ from peak_tune.search.space import (
     StepsEncoding,
     SubsetEncoding,
 )
+from peak_tune.search.study import StudySettings
 from peak_tune.session.config import (
     ApplierSettings,
     BudgetScope,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from peak_tune.executors.ray import RaySettings
 
 __all__ = ["apply_workers", "backend_for", "compile_workers", "count_earlier_spend",
-           "encoding_for", "executor_for", "wired_applier_for"]
+           "encoding_for", "executor_for", "study_settings", "wired_applier_for"]
 
 
 def compile_workers(run: RunSettings, on_host: bool) -> int:
@@ -149,3 +150,21 @@ def count_earlier_spend(settings: ApplierSettings, study: str | None, applier: A
                         "give it with --llm-prices FILE, or count this run only")
     count(Usage(len(earlier), sum(r.prompt_tokens for r in earlier),
                 sum(r.completion_tokens for r in earlier), cost))
+
+
+def study_settings(config: TuneConfig, spec: KernelSpec, device: DeviceProfile,
+                   sizes: list[ProblemSize], storage_url: str, backend_name: str,
+                   applier_identity: str) -> StudySettings:
+    """What the Searcher needs to create, name, resume or warm-start the study."""
+    search, dtype = config.search, config.target.dtype
+    labels = [s.label() for s in sizes]
+    base = "-".join([spec.name, device.name, dtype, "_".join(labels)])
+    return StudySettings(
+        storage_url=storage_url, name=config.store.study,
+        base_name=base + ("-fixed" if search.sequence else ""),
+        identity={"kernel": spec.name, "backend": backend_name, "device": device.name,
+                  "dtype": dtype, "sizes": labels},
+        applier_identity=applier_identity, sampler=search.sampler, seed=search.seed,
+        encoding=search.encoding, fixed_sequence=bool(search.sequence),
+        branch_start=search.branch_start, warm_start=search.warm_start,
+        warm_start_top=search.warm_start_top, ask_ahead=search.ask_ahead)

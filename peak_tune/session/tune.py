@@ -38,7 +38,7 @@ from peak_tune.harness.noise import NoisePolicy
 from peak_tune.harness.vendor import VENDOR_ATTR, figures_from_json
 from peak_tune.search.polish import Polisher
 from peak_tune.search.space import suggest_params
-from peak_tune.search.study import Searcher, StudySettings
+from peak_tune.search.study import Searcher
 from peak_tune.search.trials import TrialRecord
 from peak_tune.session import parts
 from peak_tune.session.config import TuneConfig
@@ -127,7 +127,10 @@ class TuneSession:
                                                       replay=config.run.replay is not None)
             self._appliers = ThreadPoolExecutor(self.apply_workers,
                                                 thread_name_prefix="apply")
-            self.searcher = Searcher(self._study_settings(backend_name), self.encoding,
+            settings = parts.study_settings(config, self.spec, self.device, self.sizes,
+                                            self.storage_url, backend_name,
+                                            self.applier.identity)
+            self.searcher = Searcher(settings, self.encoding,
                                      self.transformations, polisher, self.tell_as_finished)
         except BaseException:
             self._abandon()  # a refusal (e.g. a study made for another size) is one line
@@ -171,20 +174,6 @@ class TuneSession:
     def storage_url(self) -> str:
         store = self.config.store
         return store.storage or results_storage_url(store.results)
-
-    def _study_settings(self, backend_name: str) -> StudySettings:
-        search, dtype = self.config.search, self.config.target.dtype
-        sizes = [s.label() for s in self.sizes]
-        base = "-".join([self.spec.name, self.device.name, dtype, "_".join(sizes)])
-        return StudySettings(
-            storage_url=self.storage_url, name=self.config.store.study,
-            base_name=base + ("-fixed" if search.sequence else ""),
-            identity={"kernel": self.spec.name, "backend": backend_name,
-                      "device": self.device.name, "dtype": dtype, "sizes": sizes},
-            applier_identity=self.applier.identity, sampler=search.sampler, seed=search.seed,
-            encoding=search.encoding, fixed_sequence=bool(search.sequence),
-            branch_start=search.branch_start, warm_start=search.warm_start,
-            warm_start_top=search.warm_start_top, ask_ahead=search.ask_ahead)
 
     # ------------------------------------------------------------------- vendor
 
