@@ -24,7 +24,12 @@ class Capabilities:
     process (peak_tune.harness.host_judge); GPU kernels cannot, and are judged on the
     device. `launch_region`: variants have a launch region (grid, block) an applier may
     edit. `sanitizer`, `profiler`: the backend has `sanitize` and `profile`.
-    `tensor_maps`: it encodes TMA tensor maps for the kernels that ask."""
+    `tensor_maps`: it encodes TMA tensor maps for the kernels that ask. `vendor_library`:
+    `time_vendor` times a library for a kernel that declares one (else it raises
+    NoVendorLibrary and the ratio is to the device's roofline). `bounded_buffers`: a
+    kernel's reads and writes past a buffer stay inside it (Vulkan's robust buffer
+    access), so there is no guard region to write into; elsewhere a write into the
+    guards is an OutOfBounds wrong result."""
 
     on_host: bool
     host_code: bool
@@ -32,6 +37,8 @@ class Capabilities:
     sanitizer: bool = False
     profiler: bool = False
     tensor_maps: bool = False
+    vendor_library: bool = True
+    bounded_buffers: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ group_z, read from the SPIR-V).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,7 +56,8 @@ class HlslBackend:
     """Backend "hlsl": see the module docstring. Construct with a DeviceProfile."""
 
     name = "hlsl"
-    capabilities = Capabilities(on_host=False, host_code=False, launch_region=True)
+    capabilities = Capabilities(on_host=False, host_code=False, launch_region=True,
+                                vendor_library=False, bounded_buffers=True)
 
     build_command = ("DXC, else glslang (-D -V, HLSL to SPIR-V), or Slang for cooperative "
                      "matrices: a Vulkan compute shader")
@@ -84,6 +86,11 @@ class HlslBackend:
         return self._profile
 
     def _check_device(self, info: Mapping[str, Any]) -> None:
+        if not info.get("robust"):  # capabilities.bounded_buffers rests on it
+            raise BackendUnavailable(
+                f"the Vulkan device {info['name']} offers no robust buffer access "
+                "(robustBufferAccess): a shader's writes past its buffers could reach other "
+                "memory, and no shader is run without it")
         wanted = str(self._profile.facts.get("vulkan_device", ""))
         if wanted and wanted.lower() not in str(info["name"]).lower():
             raise BackendUnavailable(
@@ -186,6 +193,8 @@ class HlslOnCudaBackend(HlslBackend):
     (`--backend hlsl --device h200`): the shaders run as on any Vulkan device, and
     cuBLAS, timed by the CUDA backend's worker on the same GPU, is the vendor beside
     them (the summary gives the documented peak's ratio too)."""
+
+    capabilities = dataclasses.replace(HlslBackend.capabilities, vendor_library=True)
 
     def __init__(self, profile: DeviceProfile) -> None:
         super().__init__(profile)

@@ -149,3 +149,16 @@ def test_dxcs_library_runs_as_a_command_and_its_errors_name_the_line(tmp_path):
     with pytest.raises(CompileError, match="missing_name") as caught:
         compile_spirv(dxc, broken, {}, tmp_path / "b.spv")
     assert "error" in (caught.value.detail or "")
+
+
+def test_a_device_without_robust_buffer_access_is_refused():
+    """capabilities.bounded_buffers rests on robust buffer access: without it a shader's
+    write past C could reach the worker's memory (lavapipe runs shaders in-process)."""
+    from peak_tune.backends.hlsl import HlslBackend
+    from peak_tune.catalog.loaders import load_device
+
+    backend = HlslBackend(load_device(ROOT / "backends" / "devices" / "lavapipe.toml"))
+    assert backend.capabilities.bounded_buffers
+    with pytest.raises(BackendUnavailable, match="no robust buffer access"):
+        backend._check_device({"name": "a device", "robust": False})
+    backend._check_device({"name": "llvmpipe (LLVM 15)", "robust": True})
