@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from peak_tune.appliers.reference.cuda_matmul import apply_transformation  # noqa: E402
-from peak_tune.backends._wire import measurement_from_reply  # noqa: E402
 from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
 from peak_tune.backends.cuda import CudaBackend, profile_for_gpu, visible_gpu  # noqa: E402
+from peak_tune.backends.wire import measurement_from_reply  # noqa: E402
 from peak_tune.catalog.loaders import load_devices, load_spec, load_transformations  # noqa: E402
 from peak_tune.catalog.types import DeviceProfile  # noqa: E402
 from peak_tune.core import ProblemSize  # noqa: E402

@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from peak_tune.backends._worker import _child_env
+from peak_tune.backends.worker import child_env
 from peak_tune.errors import UserError
 from peak_tune.study.mirror import StudyMirror, open_mirrored_study
 from peak_tune.study.storage import open_storage, results_storage_url
@@ -114,6 +114,6 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path: Path) -> None:
     script = tmp_path / "tune_it.py"
     script.write_text(SCRIPT.format(url=results_storage_url(tmp_path)))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120, env=_child_env())
+                          timeout=120, env=child_env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["stored", "3"]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib
 
+from peak_tune.backends._compiler import first_error
 from peak_tune.backends.base import Backend, Capabilities
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.errors import UserError
 
 __all__ = ["BACKENDS", "FOREIGN_DEVICES", "build_description", "capabilities", "element_macros",
-           "make_backend"]
+           "first_error", "make_backend"]
 
 # name -> "module:Class"; imported only when chosen (GPU stacks are heavy and optional).
 BACKENDS: dict[str, str] = {

@@ -1,4 +1,4 @@
-"""The C backend's kernel runner (a child process; see peak_tune.backends._worker).
+"""The C backend's kernel runner (a child process; see peak_tune.backends.worker).
 
 `python -m peak_tune.backends._c_worker --request-fd R --response-fd W` loads compiled
 kernels with ctypes and runs them, or numpy's BLAS (the vendor baseline), on buffers in
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from peak_tune.backends._wire import spec_from_wire
 from peak_tune.backends._worker_child import serve
+from peak_tune.backends.wire import spec_from_wire
 from peak_tune.core import KernelSpec, ProblemSize, VendorCall, vendor_call
 from peak_tune.errors import CompileError, UserError
 from peak_tune.expr import evaluate, evaluate_int

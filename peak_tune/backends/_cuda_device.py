@@ -33,7 +33,7 @@ import numpy as np
 from peak_tune.backends._cuda_check import Reference, ReferenceCache, failure_count, upload
 from peak_tune.backends._cuda_launch import TensorMapBox
 from peak_tune.backends._cuda_tma import TENSOR_MAP_BYTES, encode, layout_for
-from peak_tune.backends._wire import Timing
+from peak_tune.backends.wire import Timing
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import InvalidPoint, KernelCrash, UserError
 from peak_tune.evaluation.validation import (

@@ -1,5 +1,5 @@
 """The GPU evaluation worker of the CUDA and HIP backends (a child process; see
-peak_tune.backends._worker).
+peak_tune.backends.worker).
 
 `python -m peak_tune.backends._cuda_worker --request-fd R --response-fd W` owns the
 process's GPU context through CuPy, which runs on CUDA or, in its ROCm build, on HIP: it
@@ -39,8 +39,8 @@ from peak_tune.backends._cuda_device import (
     validate,
 )
 from peak_tune.backends._cuda_launch import evaluate_launch, geometry_fits, tensor_map_boxes
-from peak_tune.backends._wire import Timing, spec_from_wire
 from peak_tune.backends._worker_child import serve
+from peak_tune.backends.wire import Timing, spec_from_wire
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, NoVendorLibrary, UserError, WrongResult
 

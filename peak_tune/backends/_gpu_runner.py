@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from peak_tune.backends._cuda_launch import check_launch
-from peak_tune.backends._wire import config_to_wire, measurement_from_reply, spec_to_wire
-from peak_tune.backends._worker import WorkerProcess
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
+from peak_tune.backends.wire import config_to_wire, measurement_from_reply, spec_to_wire
+from peak_tune.backends.worker import WorkerProcess
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelSpec, Measurement, ProblemSize, VendorCall, vendor_call
 from peak_tune.errors import (

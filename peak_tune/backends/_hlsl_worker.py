@@ -1,4 +1,4 @@
-"""The HLSL backend's evaluation worker (a child process; see peak_tune.backends._worker).
+"""The HLSL backend's evaluation worker (a child process; see peak_tune.backends.worker).
 
 `python -m peak_tune.backends._hlsl_worker --request-fd R --response-fd W` owns one
 Vulkan device (backends._vulkan): it loads a variant's SPIR-V into a compute pipeline,
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from peak_tune.backends._vulkan import Buffer, ComputePipeline, VulkanDevice
-from peak_tune.backends._wire import Timing, spec_from_wire
 from peak_tune.backends._worker_child import serve
+from peak_tune.backends.wire import Timing, spec_from_wire
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import CompileError, UserError
 from peak_tune.evaluation.projections import (

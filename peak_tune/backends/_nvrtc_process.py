@@ -23,9 +23,9 @@ from typing import Any
 
 from peak_tune.atomic_files import write_atomically
 from peak_tune.backends._nvrtc import compile_cubin, cubin_resources, ptxas_resources
-from peak_tune.backends._worker import WorkerProcess
 from peak_tune.backends._worker_child import serve
 from peak_tune.backends.base import over_budget_message
+from peak_tune.backends.worker import WorkerProcess
 from peak_tune.errors import (
     COMPILER_KILLED,
     OUT_OF_MEMORY,

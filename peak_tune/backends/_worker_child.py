@@ -1,4 +1,4 @@
-"""The child side of a worker process (peak_tune.backends._worker): `serve(handlers)`
+"""The child side of a worker process (peak_tune.backends.worker): `serve(handlers)`
 answers requests over the pipe pair until the parent closes it; with a control pipe it
 is a child subreaper that runs each job in a process forked for it.
 
@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from peak_tune.backends._wire import ERROR_KINDS
+from peak_tune.backends.wire import ERROR_KINDS
 from peak_tune.errors import EnvironmentFault, environment_fault
 from peak_tune.harness import isolation
 

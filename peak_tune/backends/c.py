@@ -26,14 +26,14 @@ from pathlib import Path
 
 from peak_tune.atomic_files import put_atomically, write_atomically
 from peak_tune.backends._compiler import run_compiler
-from peak_tune.backends._wire import Timing, config_to_wire, macro_flags, measurement_from_reply
-from peak_tune.backends._worker import WorkerProcess
 from peak_tune.backends.base import (
     Artifact,
     Capabilities,
     EvalConfig,
     EvalRequest,
 )
+from peak_tune.backends.wire import Timing, config_to_wire, macro_flags, measurement_from_reply
+from peak_tune.backends.worker import WorkerProcess
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import (
     KernelContext,

@@ -38,11 +38,11 @@ from peak_tune.backends._gpu_runner import WORKER_MODULE, GpuRunner, evaluation_
 from peak_tune.backends._ncu import ProfileReport, find_cuda_tool, profile_request
 from peak_tune.backends._nvrtc import include_dir, nvrtc_version
 from peak_tune.backends._nvrtc_process import build_cubin
-from peak_tune.backends._wire import (
+from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
+from peak_tune.backends.wire import (
     macro_flags,
 )
-from peak_tune.backends._worker import _child_env
-from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
+from peak_tune.backends.worker import child_env
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
 from peak_tune.errors import (
@@ -262,7 +262,7 @@ class CudaBackend:
     def profile(self, artifact: Artifact, request: EvalRequest) -> ProfileReport:
         """Nsight Compute's metrics for one launch of the variant at the timed size."""
         with self._one_shot_request(artifact, request, request.size) as path:
-            return profile_request(path, WORKER_MODULE, request.context.entry, _child_env())
+            return profile_request(path, WORKER_MODULE, request.context.entry, child_env())
 
     @contextlib.contextmanager
     def _one_shot_request(
@@ -285,7 +285,7 @@ def _run_sanitizer(tool: str, check: str, request_path: Path, label: str) -> tup
                str(request_path)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False,
-                              timeout=_SANITIZER_TIMEOUT_S, env=_child_env())
+                              timeout=_SANITIZER_TIMEOUT_S, env=child_env())
     except subprocess.TimeoutExpired as exc:
         raise KernelTimeout(f"compute-sanitizer {check} timed out at {label}") from exc
     return done.returncode, done.stdout + done.stderr

@@ -33,9 +33,9 @@ from peak_tune.backends._amd_occupancy import occupancy
 from peak_tune.backends._cuda_launch import check_launch, evaluate_launch, geometry_fits
 from peak_tune.backends._files import built_or_reused
 from peak_tune.backends._gpu_runner import GpuRunner, evaluation_message
-from peak_tune.backends._wire import macro_flags
 from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend
+from peak_tune.backends.wire import macro_flags
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
 from peak_tune.errors import BackendUnavailable, InvalidPoint, UserError

@@ -24,12 +24,12 @@ from typing import Any
 from peak_tune.backends._files import built_or_reused
 from peak_tune.backends._gpu_runner import GpuRunner
 from peak_tune.backends._hlsl_compile import compile_spirv, find_compiler
-from peak_tune.backends._wire import (
+from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
+from peak_tune.backends.wire import (
     config_to_wire,
     macro_flags,
     spec_to_wire,
 )
-from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, Measurement, ProblemSize, stable_hash
 from peak_tune.errors import (

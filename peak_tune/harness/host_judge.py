@@ -1,6 +1,6 @@
 """Judging a host backend's runs in the tuner's process, where the kernel cannot reach.
 
-The kernel runs in a job process (peak_tune.backends._worker: forked per evaluation by
+The kernel runs in a job process (peak_tune.backends.worker: forked per evaluation by
 a worker that is a child subreaper) on buffers in a shared arena (peak_tune.harness.
 arena), inputs mapped read-only there. This side writes every input and poison while the
 job is stopped, flushes the caches, sends one run's request and only then resumes the
@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from peak_tune.backends._wire import Timing, spec_to_wire
-from peak_tune.backends._worker import WorkerProcess
+from peak_tune.backends.wire import Timing, spec_to_wire
+from peak_tune.backends.worker import WorkerProcess
 from peak_tune.core import KernelSpec, ProblemSize
 from peak_tune.errors import EvaluationError, KernelCrash, KernelTimeout, WrongResult
 from peak_tune.evaluation.projections import (

@@ -29,14 +29,14 @@ class PipedChild:
     """The process `python -m module`, sent messages in order and read on demand."""
 
     def __init__(self, module: str, thread_name: str) -> None:
-        from peak_tune.backends._worker import _child_env
+        from peak_tune.backends.worker import child_env
 
         to_child, child_in = _pipe()
         child_out, from_child = _pipe()
         self._process = subprocess.Popen(
             [sys.executable, "-m", module, str(child_in.fileno()), str(child_out.fileno())],
             pass_fds=(child_in.fileno(), child_out.fileno()), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, env=_child_env())
+            stdout=subprocess.DEVNULL, env=child_env())
         child_in.close()
         child_out.close()
         self._replies = from_child

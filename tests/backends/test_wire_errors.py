@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from peak_tune.backends._worker import _decode_error
 from peak_tune.backends._worker_child import _encode_error
+from peak_tune.backends.worker import _decode_error
 from peak_tune.errors import (
     CompileError,
     InvalidPoint,

@@ -22,8 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from peak_tune.appliers.base import derive_child
-from peak_tune.backends import capabilities
-from peak_tune.backends._compiler import first_error
+from peak_tune.backends import capabilities, first_error
 from peak_tune.catalog.loaders import SHADER_GROUP_NAMES
 from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
 from peak_tune.core import KernelContext

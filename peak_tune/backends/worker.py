@@ -26,7 +26,7 @@ so a kernel that prints cannot corrupt the protocol (the worker's stdout goes to
 /dev/null, its stderr to a file whose tail becomes the crash detail).
 
 The child side is peak_tune.backends._worker_child.serve; the wire format is
-peak_tune.backends._wire.
+peak_tune.backends.wire.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import peak_tune
-from peak_tune.backends._wire import ERROR_KINDS
+from peak_tune.backends.wire import ERROR_KINDS
 from peak_tune.errors import (
     BackendUnavailable,
     EnvironmentFault,
@@ -129,7 +129,7 @@ class WorkerProcess:
             command += ["--control-fd", str(control_write)]
             passed.append(control_write)
         self._token = os.urandom(8).hex()
-        env = {**_child_env(), isolation.TOKEN_VARIABLE: self._token}
+        env = {**child_env(), isolation.TOKEN_VARIABLE: self._token}
         self._proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
             pass_fds=tuple(passed), start_new_session=True, env=env,
@@ -456,7 +456,7 @@ class WorkerProcess:
         return self._stderr.read().decode(errors="replace")
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """The parent's environment with this package importable (checkout or install)."""
     env = dict(os.environ)
     root = str(Path(peak_tune.__file__).resolve().parent.parent)
