@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from peak_tune.backends.base import EvalConfig
-from peak_tune.evaluation.recording import record_space
 from peak_tune.session.config import TuneConfig
+from peak_tune.session.recording import record_space
 from peak_tune.session.tune import open_session
 
 

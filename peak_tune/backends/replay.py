@@ -1,7 +1,7 @@
 """Replay backend: answers evaluations from a recording of real ones.
 
 A recording holds measured outcomes keyed by (sequence, parameter values, size), made by
-`peak_tune.evaluation.recording.record_space` with a real backend. Replaying it runs a search in
+`peak_tune.session.recording.record_space` with a real backend. Replaying it runs a search in
 seconds and exactly the same way every time, which is how search strategies are
 compared and how the search logic is tested. A point the recording lacks is an error:
 nothing is invented.
