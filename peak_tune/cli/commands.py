@@ -22,6 +22,7 @@ from peak_tune.cli.workbench import apply, checkpoint, mcp
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
 from peak_tune.evaluation.cache import Cache
+from peak_tune.search.trials import TrialAttrs
 from peak_tune.serialize import kernel_header
 from peak_tune.study.storage import driver_url, open_storage, results_storage_url
 
@@ -64,7 +65,7 @@ def _best(args: argparse.Namespace) -> tuple[optuna.Study, optuna.trial.FrozenTr
         raise UserError(f"study {study.study_name!r} has no successful trial yet")
     best = max(done, key=lambda t: t.values[0])
     cache = Cache(Path(args.results) / "cache")
-    context = cache.get_context(best.user_attrs.get("context_hash", ""))
+    context = cache.get_context(TrialAttrs.of(best).context_hash)
     if context is None:
         raise UserError(f"the best variant of {study.study_name!r} is not in the cache at "
                         f"{cache.folder}")
@@ -73,10 +74,11 @@ def _best(args: argparse.Namespace) -> tuple[optuna.Study, optuna.trial.FrozenTr
 
 def show(args: argparse.Namespace) -> int:
     study, best, context, cache = _best(args)
-    params = best.user_attrs.get("params", {})
+    attrs = TrialAttrs.of(best)
+    params = attrs.params
     print(f"study      {study.study_name}  (trial {best.number})")
-    print(f"speed      {best.values[0]:.2f} GFLOP/s  {best.user_attrs.get('gflops', {})}")
-    print(f"sequence   {' > '.join(best.user_attrs.get('sequence', [])) or '(seed)'}")
+    print(f"speed      {best.values[0]:.2f} GFLOP/s  {attrs.gflops_by_size}")
+    print(f"sequence   {' > '.join(attrs.sequence) or '(seed)'}")
     print(f"parameters {', '.join(f'{k}={v}' for k, v in params.items()) or '-'}")
     print(f"variant    {context.content_hash()}")
     if context.constraints or context.size_constraints:
@@ -94,14 +96,15 @@ def show(args: argparse.Namespace) -> int:
 def provenance_header(study: optuna.Study, best: optuna.trial.FrozenTrial,
                       context: KernelContext) -> str:
     identity: dict[str, Any] = study.user_attrs.get("identity", {})
-    params: dict[str, int] = best.user_attrs.get("params", {})
+    attrs = TrialAttrs.of(best)
+    params = attrs.params
     lines = [
         f"Exported by peak-tune {__version__} on {datetime.date.today().isoformat()}",
         f"study {study.study_name}, trial {best.number}, variant {context.content_hash()}",
         f"kernel {identity.get('kernel')} on {identity.get('device')} "
         f"({identity.get('backend')}), dtype {identity.get('dtype')}, "
         f"sizes {', '.join(identity.get('sizes', []))}",
-        f"sequence: {' > '.join(best.user_attrs.get('sequence', [])) or '(seed)'}",
+        f"sequence: {' > '.join(attrs.sequence) or '(seed)'}",
         f"measured: {best.values[0]:.2f} GFLOP/s",
     ]
     backend, dtype = str(identity.get("backend", "")), str(identity.get("dtype", ""))

@@ -17,6 +17,7 @@ from peak_tune.catalog.roofline import roofline
 from peak_tune.core import ProblemSize, Status, geometric_mean, size_of
 from peak_tune.errors import UserError
 from peak_tune.harness.vendor import VENDOR_ATTR, figures_from_json
+from peak_tune.search.trials import TrialAttrs
 from peak_tune.session.confirmation import CONFIRM_ATTR, Confirmation
 
 __all__ = ["PHASES", "StepSpeed", "StudyReport", "TrialPoint", "read_study"]
@@ -108,16 +109,13 @@ def read_study(storage: optuna.storages.BaseStorage, name: str, cache_folder: Pa
 
 
 def _point(trial: FrozenTrial, started: datetime.datetime | None) -> TrialPoint:
-    attrs = trial.user_attrs
+    attrs = TrialAttrs.of(trial)
     ok = trial.state == TrialState.COMPLETE and bool(trial.values)
     when = trial.datetime_complete or trial.datetime_start
     minutes = (when - started).total_seconds() / 60 if when and started else 0.0
-    seconds = attrs.get("seconds", {})
-    return TrialPoint(trial.number, str(attrs.get("status", trial.state.name.lower())),
+    return TrialPoint(trial.number, attrs.status or trial.state.name.lower(),
                       float(trial.values[0]) if ok else 0.0,
-                      tuple(attrs.get("sequence", [])), minutes, bool(attrs.get("cached")),
-                      {str(k): float(v) for k, v in seconds.items()}
-                      if isinstance(seconds, dict) else {})
+                      attrs.sequence, minutes, attrs.cached, attrs.seconds)
 
 
 def _best_steps(trials: list[TrialPoint]) -> list[StepSpeed]:

@@ -30,7 +30,7 @@ from peak_tune.search.focus import FixedFirst
 from peak_tune.search.polish import Polisher
 from peak_tune.search.samplers import is_multi_objective, make_sampler
 from peak_tune.search.space import SequenceEncoding, branch_sequences, branch_trial_params
-from peak_tune.search.trials import TrialRecord
+from peak_tune.search.trials import TrialAttrs, TrialRecord, write_interrupted, write_record
 from peak_tune.study.mirror import open_mirrored_study
 from peak_tune.study.storage import open_storage, redacted_url
 
@@ -245,12 +245,7 @@ class Searcher:
     def tell(self, trial: optuna.Trial, record: TrialRecord) -> None:
         """The trial's result into the study: OK is COMPLETE with its speed (and its
         length, for a multi-objective sampler), INVALID is PRUNED, the rest FAIL."""
-        trial.set_user_attr("status", record.status.value)
-        trial.set_user_attr("sequence", list(record.sequence))
-        trial.set_user_attr("params", record.params)
-        if record.message:
-            trial.set_user_attr("message", record.message[:500])
-        trial.set_user_attr("cached", record.cached)
+        write_record(trial, record)
         if record.status is Status.OK:
             values: list[float] = [record.gflops]
             if self.multi_objective:
@@ -267,9 +262,7 @@ class Searcher:
         (one already told, and sent to the storage, is left as it is)."""
         if self.study.get_trials(deepcopy=False)[trial.number].state.is_finished():
             return
-        if "status" not in trial.user_attrs:
-            trial.set_user_attr("status", "interrupted")
-            trial.set_user_attr("message", reason[:500])
+        write_interrupted(trial, reason)
         self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         self._finished(trial.number)
 
@@ -314,7 +307,7 @@ class Searcher:
         """Trials the study holds that were evaluated (not those a hard stop cut short):
         what `--trials` and a batch file's `trials` count towards."""
         return sum(1 for t in self.study.get_trials(deepcopy=False, states=_FINISHED)
-                   if t.user_attrs.get("status") != "interrupted")
+                   if not TrialAttrs.of(t).interrupted)
 
     def best_trial(self) -> FrozenTrial | None:
         ranked = self.ranked_trials()

@@ -23,6 +23,7 @@ from rich.table import Table
 from peak_tune.appliers.base import calls_of
 from peak_tune.backends.base import OVER_BUDGET
 from peak_tune.core import Status
+from peak_tune.search.trials import TrialAttrs
 from peak_tune.session.confirmation import CONFIRM_ROUNDS
 from peak_tune.session.events import STATUS_LABELS, Event, NewBest, RunEnded, TrialFinished
 from peak_tune.session.tune import TuneSession
@@ -121,12 +122,12 @@ def _counts(study: optuna.Study) -> tuple[Counter[str], Counter[str], Counter[st
     notes: Counter[str] = Counter({"over_budget": 0, "noisy": 0, "remeasured": 0})
     for t in study.get_trials(deepcopy=False):
         states[t.state.name] += 1
-        status = t.user_attrs.get("status")
-        if status:
-            outcomes[_LABEL_BY_VALUE.get(status, status)] += 1
-        notes["over_budget"] += str(t.user_attrs.get("message", "")).startswith(OVER_BUDGET)
-        notes["noisy"] += bool(t.user_attrs.get("noisy"))
-        notes["remeasured"] += int(t.user_attrs.get("remeasured", 0))
+        attrs = TrialAttrs.of(t)
+        if attrs.status:
+            outcomes[_LABEL_BY_VALUE.get(attrs.status, attrs.status)] += 1
+        notes["over_budget"] += attrs.message.startswith(OVER_BUDGET)
+        notes["noisy"] += attrs.noisy
+        notes["remeasured"] += attrs.remeasured
     return states, outcomes, notes
 
 
@@ -181,6 +182,7 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
     """The machine-readable summary (the `--json` line). The best and the ratio are the
     end-of-run re-timing's where there is one (the search's best is `search_gflops`)."""
     best = session.searcher.best_trial()
+    attrs = TrialAttrs.of(best) if best else TrialAttrs()
     states, outcomes, notes = _counts(session.study)
     vendor = _vendor(session)
     search_gflops = best.values[0] if best else 0.0
@@ -194,7 +196,7 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
     roof = session.vendors.roofline()
     peak = roof.gflops
     noisy = vendor["noisy"] or (confirmed["status"] == "noisy" if timed
-                                else bool(best and best.user_attrs.get("noisy")))
+                                else attrs.noisy)
     counters = session.cache.counters
     return {
         "study": session.study.study_name,
@@ -208,12 +210,12 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "gflops": best_gflops,
             "search_gflops": search_gflops,  # the study's value: the best of its trials
             "confirmed": timed,  # gflops is the end-of-run re-timing's
-            "sequence": best.user_attrs.get("sequence", []) if best else [],
-            "params": best.user_attrs.get("params", {}) if best else {},
-            "context_hash": best.user_attrs.get("context_hash", "") if best else "",
+            "sequence": list(attrs.sequence),
+            "params": attrs.params,
+            "context_hash": attrs.context_hash,
             "trial": best.number if best else None,
-            "gflops_by_size": best.user_attrs.get("gflops", {}) if best else {},
-            "noisy": bool(best.user_attrs.get("noisy")) if best else False,
+            "gflops_by_size": attrs.gflops_by_size,
+            "noisy": attrs.noisy,
         },
         "vendor": vendor,
         # what the device can reach on this kernel (catalog.roofline: the documented

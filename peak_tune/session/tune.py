@@ -39,7 +39,13 @@ from peak_tune.harness.vendor import VENDOR_ATTR, figures_from_json
 from peak_tune.search.polish import Polisher
 from peak_tune.search.space import suggest_params
 from peak_tune.search.study import Searcher
-from peak_tune.search.trials import TrialRecord
+from peak_tune.search.trials import (
+    TrialAttrs,
+    TrialRecord,
+    write_seconds,
+    write_timing,
+    write_variant,
+)
 from peak_tune.session import parts
 from peak_tune.session.config import TuneConfig
 from peak_tune.session.confirmation import CONFIRM_ATTR, BestConfirmer, Confirmation
@@ -225,7 +231,7 @@ class TuneSession:
                     pending.remove(item)  # told: sent to the storage, shown once stored
                     shown.told(record)
                     told_here += 1
-                    self.vendors.retime_if_due(record, bool(item.trial.user_attrs.get("noisy")))
+                    self.vendors.retime_if_due(record, TrialAttrs.of(item.trial).noisy)
                     self.searcher.learn(item.trial, record, item.chain[-1] if item.chain else None,
                                          item.params)
                     clock["waiting"] += told - began
@@ -313,7 +319,7 @@ class TuneSession:
             item.apply_s = time.perf_counter() - began
         variant = item.chain[-1]
         item.params = suggest_params(item.trial, variant)
-        item.trial.set_user_attr("context_hash", variant.content_hash())
+        write_variant(item.trial, variant.content_hash())
         item.outcomes = self.executor.submit(self._job(variant, item.params,
                                                        item.trial.number))
 
@@ -347,7 +353,7 @@ class TuneSession:
                   cached: bool = False) -> TrialRecord:
             seconds = time.perf_counter() - item.started
             recent = self.executor.job_times[-4 * self.window - 8:]
-            item.trial.set_user_attr("seconds", where_time_went(item, seconds, recent))
+            write_seconds(item.trial, where_time_went(item, seconds, recent))
             return TrialRecord(item.trial.number, status, tuple(item.sequence), item.params,
                                gflops, message, cached, seconds)
 
@@ -361,13 +367,10 @@ class TuneSession:
             return ended(failed.status, failed.message, cached=failed.cached)
         if self.config.search.step_values:
             self._report_steps(item.trial, item.chain, item.params)
-        item.trial.set_user_attr("gflops", {s.label(): o.gflops for s, o in zip(
-            self.sizes, outcomes, strict=True)})
-        item.trial.set_user_attr("spread", max(o.measurement.spread for o in outcomes
-                                               if o.measurement))
-        item.trial.set_user_attr("noisy", any(o.noisy for o in outcomes))  # not cached
-        if any(o.remeasured for o in outcomes):
-            item.trial.set_user_attr("remeasured", sum(o.remeasured for o in outcomes))
+        write_timing(item.trial, {s.label(): o.gflops for s, o in zip(
+            self.sizes, outcomes, strict=True)},
+                     max(o.measurement.spread for o in outcomes if o.measurement),
+                     any(o.noisy for o in outcomes), sum(o.remeasured for o in outcomes))
         return ended(Status.OK, gflops=geometric_mean([o.gflops for o in outcomes]),
                      cached=all(o.cached for o in outcomes))
 
@@ -433,10 +436,11 @@ class TuneSession:
 
     def _rebuild(self, trial: optuna.trial.FrozenTrial) -> tuple[Artifact, EvalRequest] | None:
         """(artifact, request at the first size) of a finished trial, from the cache."""
-        context = self.cache.get_context(trial.user_attrs["context_hash"])
+        attrs = TrialAttrs.of(trial)
+        context = self.cache.get_context(attrs.context_hash)
         if context is None:
             return None
-        params = {p.name: trial.user_attrs["params"][p.name] for p in context.params}
+        params = {p.name: attrs.params[p.name] for p in context.params}
         artifact = self.backend.compile(context, params, self.config.target.dtype,
                                         str(self.cache.builds))
         return artifact, self.pipeline.request(context, params, self.sizes[0], 0.0)
