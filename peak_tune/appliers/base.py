@@ -39,9 +39,25 @@ class Applier(Protocol):
 class ModelCalls(Protocol):
     """An applier that calls a model keeps a record of each HTTP attempt (the LLM
     applier's CallRecord: tokens, outcome, transformation): the journal, the summary's
-    spend and `peak-tune stats` read it."""
+    spend and `peak-tune stats` read it. The session also asks it how many requests it
+    keeps in flight, has it journal the ones a stop left waiting, and tells it what the
+    study's earlier runs spent (--budget-scope study)."""
 
-    records: list[Any]
+    @property
+    def records(self) -> list[Any]: ...
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight at once: the applications worth running together."""
+        ...
+
+    def abandon_in_flight(self) -> int:
+        """Record the calls still waiting for a reply as interrupted; how many."""
+        ...
+
+    def count_earlier(self, earlier: Any) -> None:
+        """Let the budget count these earlier calls (an appliers.llm Usage) too."""
+        ...
 
 
 def calls_of(applier: Applier) -> list[Any] | None:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from peak_tune.appliers.base import Applier
+from peak_tune.appliers.base import Applier, ModelCalls
 from peak_tune.appliers.wiring import AppliedWith, wired_applier
 from peak_tune.backends import make_backend
 from peak_tune.backends.base import Backend
@@ -56,8 +56,7 @@ def apply_workers(settings: ApplierSettings, applier: Applier) -> int:
     stays repeatable), several for the LLM one (each call waits on the network)."""
     if settings.workers > 0:
         return settings.workers
-    llm_config = getattr(applier, "config", None)  # the LLM client's request cap
-    return int(getattr(llm_config, "concurrency", 1)) if settings.name == "llm" else 1
+    return applier.concurrency if isinstance(applier, ModelCalls) else 1
 
 
 def _ray_settings(run: RunSettings, builds: int) -> RaySettings:
@@ -124,8 +123,7 @@ def count_earlier_spend(settings: ApplierSettings, study: str | None, applier: A
     """With budget_scope "study", the LLM budget also counts the calls the journal
     holds for this study from earlier runs (only a study named with --study has any: a
     new run's study is new)."""
-    count = getattr(applier, "count_earlier", None)
-    if settings.budget_scope is BudgetScope.RUN or count is None:
+    if settings.budget_scope is BudgetScope.RUN or not isinstance(applier, ModelCalls):
         return
     from peak_tune.appliers.llm.client import Usage
     from peak_tune.appliers.llm.prices import price_for
@@ -148,8 +146,8 @@ def count_earlier_spend(settings: ApplierSettings, study: str | None, applier: A
         raise UserError(f"--max-cost with --budget-scope study: study {name!r} has earlier "
                         f"calls without a price (model {', '.join(sorted(unpriced))}); "
                         "give it with --llm-prices FILE, or count this run only")
-    count(Usage(len(earlier), sum(r.prompt_tokens for r in earlier),
-                sum(r.completion_tokens for r in earlier), cost))
+    applier.count_earlier(Usage(len(earlier), sum(r.prompt_tokens for r in earlier),
+                                sum(r.completion_tokens for r in earlier), cost))
 
 
 def study_settings(config: TuneConfig, spec: KernelSpec, device: DeviceProfile,

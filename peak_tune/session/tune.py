@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import optuna
 
+from peak_tune.appliers.base import ModelCalls
 from peak_tune.appliers.wiring import LLMJournal
 from peak_tune.backends import capabilities
 from peak_tune.backends.base import (
@@ -478,9 +479,8 @@ class TuneSession:
             try:
                 self._appliers.shutdown(wait=True, cancel_futures=True)
             finally:
-                abandon = getattr(self.applier, "abandon_in_flight", None)
-                if abandon is not None:
-                    abandon()
+                if isinstance(self.applier, ModelCalls):
+                    self.applier.abandon_in_flight()
                 self._journal.write()
             self.executor.close()
             self.searcher.close()

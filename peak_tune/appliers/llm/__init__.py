@@ -131,6 +131,10 @@ class LLMApplier:
         """Every HTTP attempt so far, in order (a copy)."""
         return list(self._session.records)
 
+    @property
+    def concurrency(self) -> int:
+        return self.config.concurrency
+
     def usage(self) -> dict[str, Usage]:
         """Calls, tokens and dollars per transformation id (dollars None: no price)."""
         totals: dict[str, Usage] = {}
