@@ -34,7 +34,7 @@ def _commit() -> str:
 
 def run_size(size: int, trials: int, seed: int, results: Path, sampler: str) -> dict[str, Any]:
     config = TuneConfig.of(sizes=({"M": size, "N": size, "K": size},), seed=seed,
-                        sampler=sampler, results=results)
+                           sampler=sampler, results=results)
     started = time.perf_counter()
     session = open_session(config)
     try:

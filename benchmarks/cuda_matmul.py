@@ -57,10 +57,10 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               backend: str | None = None, device: str = "h200", confirm: bool = False
               ) -> dict[str, Any]:
     config = TuneConfig.of(device=device, backend=backend, dtype=dtype,
-                        sizes=({"M": n, "N": n, "K": n},),
-                        results=results, sequence=sequence, seed=0, study=study,
-                        warm_start=warm_start, ask_ahead=ask_ahead,
-                        build_budget=build_budget)
+                           sizes=({"M": n, "N": n, "K": n},),
+                           results=results, sequence=sequence, seed=0, study=study,
+                           warm_start=warm_start, ask_ahead=ask_ahead,
+                           build_budget=build_budget)
     started = time.perf_counter()
     session = open_session(config)
     earlier = len(session.study.get_trials(  # a continued study's, run to an end

@@ -51,10 +51,10 @@ def one_run(args: argparse.Namespace, label: str,
     asks: list[float] = []
     with tempfile.TemporaryDirectory(prefix="peak-driver-") as results:
         config = TuneConfig.of(backend="cuda", device=args.device, dtype=args.dtype,
-                            sizes=({"M": args.size, "N": args.size, "K": args.size},),
-                            results=Path(results), executor="local", seed=0,
-                            compile_workers=args.build_workers,
-                            tell_order=args.tell_order, ask_ahead=ask_ahead)
+                               sizes=({"M": args.size, "N": args.size, "K": args.size},),
+                               results=Path(results), executor="local", seed=0,
+                               compile_workers=args.build_workers,
+                               tell_order=args.tell_order, ask_ahead=ask_ahead)
         session = tune.open_session(config)
         ask, start = session._ask, session._start
         began = [0.0]

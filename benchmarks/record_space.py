@@ -29,8 +29,8 @@ def main() -> None:
     ids = args.transforms.split(",")
     with tempfile.TemporaryDirectory(prefix="peak-record-") as tmp:
         config = TuneConfig.of(sizes=({"M": args.size, "N": args.size, "K": args.size},),
-                            results=Path(tmp), only=tuple(ids),
-                            eval_config=EvalConfig(repeats=args.repeats))
+                               results=Path(tmp), only=tuple(ids),
+                               eval_config=EvalConfig(repeats=args.repeats))
         session = open_session(config)
         try:
             count = record_space(session, ids, Path(args.output))

@@ -30,8 +30,8 @@ def best_curve(recording: Path, sampler: str, encoding: str, polish: float, seed
     data = json.loads(recording.read_text())
     size = int(data["outcomes"][0]["size"].split("x")[0])
     config = TuneConfig.of(sizes=({"M": size, "N": size, "K": size},), results=folder,
-                        only=tuple(data["transformations"]), replay=recording,
-                        sampler=sampler, encoding=encoding, seed=seed, polish=polish)
+                           only=tuple(data["transformations"]), replay=recording,
+                           sampler=sampler, encoding=encoding, seed=seed, polish=polish)
     session = open_session(config)
     curve: list[float] = []
     session.run(trials, lambda record: curve.append(max(

@@ -37,7 +37,7 @@ class Heard:
 
 def test_a_run_tells_every_trial_each_new_best_the_vendor_and_its_end(tmp_path: Path) -> None:
     session = open_session(TuneConfig.of(sizes=({"M": 96, "N": 96, "K": 96},), results=tmp_path,
-                                      only=SPACE, replay=RECORDING, seed=1))
+                                         only=SPACE, replay=RECORDING, seed=1))
     heard = Heard()
     session.subscribe(heard)
     try:

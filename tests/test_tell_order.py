@@ -54,12 +54,12 @@ def test_with_none_done_it_waits_for_the_first_to_finish():
 def test_an_unknown_tell_order_is_refused(tmp_path: Path):
     with pytest.raises(UserError, match="--tell-order must be one of auto, asked, finished"):
         open_session(TuneConfig.of(sizes=({"M": 32, "N": 32, "K": 32},), results=tmp_path,
-                                tell_order="random"))
+                                   tell_order="random"))
 
 
 def test_auto_tells_in_the_order_asked_on_the_local_executor(tmp_path: Path):
     session = open_session(TuneConfig.of(sizes=({"M": 32, "N": 32, "K": 32},),
-                                      results=tmp_path))
+                                         results=tmp_path))
     try:
         assert session.tell_as_finished is False
         records: list[Any] = []

@@ -205,7 +205,7 @@ def _replayed_run(results: Path, trials: int, study: str | None = None) -> dict:
     from peak_tune.session.tune import open_session
 
     config = TuneConfig.of(sizes=({"M": 96, "N": 96, "K": 96},), results=results, seed=2,
-                        only=("loop-interchange", "unroll-k", "openmp-parallel",
+                           only=("loop-interchange", "unroll-k", "openmp-parallel",
                               "restrict-align"), replay=REPLAY, study=study)
     session = open_session(config)
     try:

@@ -140,8 +140,8 @@ def test_cuda_trials_pruned_by_their_constraints_are_followed_by_their_repair(
     monkeypatch.setattr("peak_tune.session.parts.make_backend",
                         lambda name, device: InstantCudaBackend(device))
     session = open_session(TuneConfig.of(backend="cuda", device="h200", dtype="float16",
-                                      sizes=({"M": 4096, "N": 4096, "K": 4096},),
-                                      results=tmp_path, compile_workers=2))
+                                         sizes=({"M": 4096, "N": 4096, "K": 4096},),
+                                         results=tmp_path, compile_workers=2))
     try:
         session.run(80, lambda record: None)
         found = session.study.trials

@@ -30,7 +30,7 @@ def recorded_best() -> float:
 
 def session(tmp_path: Path, recording: Path = RECORDING, **over) -> TuneSession:
     config = TuneConfig.of(sizes=({"M": 96, "N": 96, "K": 96},), results=tmp_path,
-                        only=SPACE, replay=recording, **over)
+                           only=SPACE, replay=recording, **over)
     opened = open_session(config)
     opened.measure_vendor()
     return opened
