@@ -54,11 +54,12 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               sequence: tuple[str, ...] = (), profile: bool = False,
               study: str | None = None, warm_start: tuple[str, ...] = (),
               ask_ahead: int = -1, build_budget: float = BUILD_BUDGET,
-              backend: str | None = None, device: str = "h200", confirm: bool = False
-              ) -> dict[str, Any]:
+              backend: str | None = None, device: str = "h200", confirm: bool = False,
+              sampler: str = "tpe", seed: int = 0) -> dict[str, Any]:
     config = TuneConfig.of(device=device, backend=backend, dtype=dtype,
                            sizes=({"M": n, "N": n, "K": n},),
-                           results=results, sequence=sequence, seed=0, study=study,
+                           results=results, sequence=sequence, seed=seed, study=study,
+                           sampler=sampler,
                            warm_start=warm_start, ask_ahead=ask_ahead,
                            build_budget=build_budget)
     started = time.perf_counter()
