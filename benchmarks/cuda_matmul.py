@@ -55,11 +55,12 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               study: str | None = None, warm_start: tuple[str, ...] = (),
               ask_ahead: int = -1, build_budget: float = BUILD_BUDGET,
               backend: str | None = None, device: str = "h200", confirm: bool = False,
-              sampler: str = "tpe", seed: int = 0) -> dict[str, Any]:
+              sampler: str = "tpe", seed: int = 0, sampler_processes: int = -1
+              ) -> dict[str, Any]:
     config = TuneConfig.of(device=device, backend=backend, dtype=dtype,
                            sizes=({"M": n, "N": n, "K": n},),
                            results=results, sequence=sequence, seed=seed, study=study,
-                           sampler=sampler,
+                           sampler=sampler, sampler_processes=sampler_processes,
                            warm_start=warm_start, ask_ahead=ask_ahead,
                            build_budget=build_budget)
     started = time.perf_counter()
@@ -79,6 +80,8 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
                  "startup_s": round(ran - started, 1),
                  # draws the sampler process kept ready (0: TPE drew in the driver)
                  "ask_ahead": session.ask_ahead.depth if session.ask_ahead else 0,
+                 "sampler_processes": session.ask_ahead.processes if session.ask_ahead
+                 else 0,
                  "ask_ahead_failure": session.ask_ahead.failure if session.ask_ahead else ""}
         ncu = _profile(session) if profile else None
         if confirm:  # the time box stopped the run before its own end-of-run re-timing

@@ -37,6 +37,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120, help="time box per study")
     parser.add_argument("--device", default="h200")
     parser.add_argument("--backend", default=None)
+    parser.add_argument("--sampler-processes", type=int, default=-1,
+                        help="the studies' --sampler-processes (default: peak-tune's)")
+    parser.add_argument("--tag", default="", help="added to the output file's name")
     parser.add_argument("--results", default="/tmp/landscape-results")
     parser.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
@@ -45,10 +48,11 @@ def main() -> None:
         studies, vendor, rows = [], None, []
         for entry in args.samplers.split(","):
             sampler, seed = entry.split(":")
-            name = f"landscape-{dtype}-{n}-{sampler}-{seed}"
+            name = f"landscape-{dtype}-{n}-{sampler}-{seed}{args.tag}"
             row = study_row(dtype, int(n), 10**6, Path(args.results), args.seconds,
                             study=name, backend=args.backend, device=args.device,
-                            sampler=sampler, seed=int(seed))
+                            sampler=sampler, seed=int(seed),
+                            sampler_processes=args.sampler_processes)
             rows.append({"study": name, "sampler": sampler, "seed": int(seed),
                          "ratio": row["ratio"], "trials": row["trials"],
                          "trials_per_second": row["trials_per_second"],
@@ -58,13 +62,18 @@ def main() -> None:
             print(f"{name}: {row['trials']['total']} trials, best/cuBLAS {row['ratio']}",
                   flush=True)
         outcomes, vendor_timing = study_outcomes(Path(args.results), studies)
-        path = Path(args.out_dir) / f"landscape-{dtype}-{n}.json"
+        path = Path(args.out_dir) / f"landscape-{dtype}-{n}{args.tag}.json"
         path.write_text(json.dumps({
             "recorded": time.strftime("%Y-%m-%d"), "device": _driver(),
             "backend": args.backend or "cuda", "dtype": dtype,
             "command": "python benchmarks/record_landscape.py "
                        f"--configs {config} --samplers {args.samplers} "
-                       f"--seconds {args.seconds:g}",
+                       f"--seconds {args.seconds:g}"
+                       + (f" --sampler-processes {args.sampler_processes}"
+                          if args.sampler_processes > 0 else ""),
+            # points no study told are answered by their nearest recorded one on replay
+            "partial": True, "transformations": sorted({s for o in outcomes
+                                                        for s in o["sequence"]}),
             "studies": rows, "vendor": vendor_timing, "outcomes": outcomes,
         }, separators=(",", ":")))
         print(f"wrote {path}: {len(outcomes)} distinct points", flush=True)

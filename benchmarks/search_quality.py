@@ -1,17 +1,23 @@
-"""Search quality on a replayed recording: which sampler and encoding find the best sooner.
+"""Search quality on a replayed recording: which search strategy finds the best sooner.
 
-Every run replays the same recorded outcomes, so differences come from the search alone.
-Reports, per sampler x encoding over several seeds, the mean fraction of the recorded
-best reached after 10/20/40 trials and the median number of trials to reach 95% of it.
+Every run replays the same recorded outcomes, so differences come from the search alone
+(a partial recording, `record_landscape.py`'s, answers a point it lacks with its nearest
+recorded one; the fidelity of that surrogate is reported beside the results). Per
+strategy, over several seeds: the median number of trials to reach 90%, 95% and 99% of
+the best recorded speed (a run that never does counts as `--trials` + 1), the mean
+fraction of it reached after 10, 50 and `--trials` trials, and the driver's seconds per
+trial (the replay answers at once, so that is the cost of asking and telling).
 
-    python benchmarks/search_quality.py --seeds 8 --trials 40
+    python benchmarks/search_quality.py --seeds 10 --trials 40
+    python benchmarks/search_quality.py --seeds 10 --trials 600 \
+        --recording benchmarks/results/landscapes/landscape-float16-4096.json
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
@@ -19,74 +25,120 @@ import time
 from pathlib import Path
 from typing import Any
 
+from peak_tune.backends.replay import surrogate_fidelity
 from peak_tune.session.config import TuneConfig
 from peak_tune.session.tune import open_session
 
 DEFAULT_RECORDING = Path(__file__).parents[1] / "tests/fixtures/replay/matmul-c-small.json"
+LEVELS = (0.90, 0.95, 0.99)
+
+# what each compared strategy sets (the rest at peak-tune's defaults: `default` is what a
+# user gets, TPE with the branch start and polishing)
+STRATEGIES: dict[str, dict[str, Any]] = {
+    "random": {"sampler": "random", "polish": 0.0, "branch_start": False},
+    "random+polish": {"sampler": "random"},
+    "tpe": {"sampler": "tpe", "polish": 0.0, "branch_start": False},
+    "default": {},
+    "cmaes": {"sampler": "cmaes", "polish": 0.0, "branch_start": False},
+    "gp": {"sampler": "gp", "polish": 0.0, "branch_start": False},  # needs PyTorch
+}
 
 
-def best_curve(recording: Path, sampler: str, encoding: str, polish: float, seed: int,
-               trials: int, folder: Path) -> list[float]:
+def _recorded(recording: Path) -> tuple[dict[str, Any], dict[str, int], float]:
     data = json.loads(recording.read_text())
-    size = int(data["outcomes"][0]["size"].split("x")[0])
-    config = TuneConfig.of(sizes=({"M": size, "N": size, "K": size},), results=folder,
-                           only=tuple(data["transformations"]), replay=recording,
-                           sampler=sampler, encoding=encoding, seed=seed, polish=polish)
+    first = data["outcomes"][0]["size"]
+    dims = [int(v) for v in first.split("x")]
+    size = dict(zip("MNK", dims, strict=False))
+    optimum = max(o["flops"] / statistics.median(o["samples_ms"]) / 1e6
+                  for o in data["outcomes"] if o["status"] == "ok")
+    return data, size, optimum
+
+
+def best_curve(job: tuple[str, str, int, int, str, str]) -> dict[str, Any]:
+    """One replayed search: its best-so-far GFLOP/s after each trial, and its seconds."""
+    recording, strategy, seed, trials, device, folder = job
+    data, size, _ = _recorded(Path(recording))
+    config = TuneConfig.of(sizes=(size,), results=Path(folder), device=device,
+                           dtype=data.get("dtype", "float32"),
+                           only=tuple(data["transformations"]), replay=Path(recording),
+                           seed=seed, **STRATEGIES[strategy])
+    started = time.perf_counter()
     session = open_session(config)
     curve: list[float] = []
-    session.run(trials, lambda record: curve.append(max(
-        [record.gflops, *curve[-1:]])))
-    return curve
+    try:
+        session.run(trials, lambda record: curve.append(max([record.gflops, *curve[-1:]])))
+    finally:
+        session.close()
+    return {"strategy": strategy, "seed": seed, "curve": curve,
+            "seconds": time.perf_counter() - started}
+
+
+def _trials_to(curve: list[float], target: float, trials: int) -> int:
+    return next((i + 1 for i, v in enumerate(curve) if v >= target), trials + 1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recording", default=str(DEFAULT_RECORDING))
-    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--samplers", default="tpe,random,cmaes")
-    parser.add_argument("--polish", default="0,0.5",
-                        help="shares of trials on neighbours of the best to compare")
+    parser.add_argument("--strategies", default="random,random+polish,tpe,default,cmaes")
+    parser.add_argument("--device", help="the recording's device profile (default: h200 "
+                                         "for a GPU recording, else cpu)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "search_quality.json"))
     args = parser.parse_args()
     recording = Path(args.recording)
-    data = json.loads(recording.read_text())
-    optimum = max(o["flops"] / statistics.median(o["samples_ms"]) / 1e6
-                  for o in data["outcomes"] if o["status"] == "ok")
-    rows: list[dict[str, Any]] = []
+    data, _, optimum = _recorded(recording)
+    device = args.device or ("cpu" if data.get("backend", "c") == "c" else "h200")
+    strategies = args.strategies.split(",")
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     with tempfile.TemporaryDirectory(prefix="peak-quality-") as tmp:
-        for sampler, encoding, polish in itertools.product(
-                args.samplers.split(","), ("subset", "steps"),
-                [float(p) for p in args.polish.split(",")]):
-            curves = [best_curve(recording, sampler, encoding, polish, seed, args.trials,
-                                 Path(tmp) / f"{sampler}-{encoding}-{polish}-{seed}")
-                      for seed in range(args.seeds)]
-            to95 = [next((i + 1 for i, v in enumerate(c) if v >= 0.95 * optimum),
-                         args.trials + 1) for c in curves]
-            rows.append({
-                "sampler": sampler, "encoding": encoding, "polish": polish,
-                "best_fraction": {n: statistics.mean(c[min(n, len(c)) - 1] / optimum
-                                                     for c in curves)
-                                  for n in (10, 20, args.trials)},
-                "median_trials_to_95pct": statistics.median(to95),
-            })
-    Path(args.out).write_text(json.dumps({
+        jobs = [(str(recording), s, seed, args.trials, device, f"{tmp}/{s}-{seed}")
+                for s in strategies for seed in seeds]
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            runs = pool.map(best_curve, jobs)
+    rows: list[dict[str, Any]] = []
+    for strategy in strategies:
+        mine = [r for r in runs if r["strategy"] == strategy]
+        curves = [r["curve"] for r in mine]
+        rows.append({
+            "strategy": strategy, "settings": STRATEGIES[strategy],
+            "median_trials_to": {f"{level:.0%}": statistics.median(
+                _trials_to(c, level * optimum, args.trials) for c in curves)
+                for level in LEVELS},
+            "trials_to_95pct_per_seed": [_trials_to(c, 0.95 * optimum, args.trials)
+                                         for c in curves],
+            "best_fraction": {n: statistics.mean(c[min(n, len(c)) - 1] / optimum
+                                                 for c in curves)
+                              for n in (10, 50, args.trials)},
+            "seconds_per_trial": statistics.median(r["seconds"] / max(len(r["curve"]), 1)
+                                                   for r in mine),
+        })
+    result = {
         "benchmark": "search_quality", "date": time.strftime("%Y-%m-%d"),
-        "recording": recording.name, "space_points": len(data["outcomes"]),
-        "recorded_best_gflops": optimum, "seeds": args.seeds, "trials": args.trials,
-        "command": f"python benchmarks/search_quality.py --seeds {args.seeds} "
-                   f"--trials {args.trials} --samplers {args.samplers} "
-                   f"--polish {args.polish}",
-        "rows": rows}, indent=1))
-    print(f"wrote {args.out}\n{'sampler':<8} {'encoding':<8} {'polish':>6} {'@10':>6} "
-          f"{'@20':>6} "
-          f"{'@' + str(args.trials):>6} {'to 95%':>7}")
+        "recording": recording.name, "recorded_on": data.get("device"),
+        "space_points": len(data["outcomes"]), "recorded_best_gflops": optimum,
+        "seeds": list(seeds), "trials": args.trials,
+        "command": f"python benchmarks/search_quality.py --recording {args.recording} "
+                   f"--seeds {args.seeds} --first-seed {args.first_seed} "
+                   f"--trials {args.trials} --strategies {args.strategies}",
+        "rows": rows}
+    if data.get("partial"):
+        result["surrogate_fidelity"] = surrogate_fidelity(data["outcomes"])
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+    print(f"{'strategy':<14} " + " ".join(f"{'to ' + f'{v:.0%}':>7}" for v in LEVELS)
+          + f" {'@10':>6} {'@50':>6} {'@' + str(args.trials):>6} {'s/trial':>8}")
     for r in rows:
-        f = r["best_fraction"]
-        print(f"{r['sampler']:<8} {r['encoding']:<8} {r['polish']:>6} {f[10]:>6.3f} "
-              f"{f[20]:>6.3f} "
-              f"{f[args.trials]:>6.3f} {r['median_trials_to_95pct']:>7}")
+        f, to = r["best_fraction"], r["median_trials_to"]
+        print(f"{r['strategy']:<14} " + " ".join(f"{to[f'{v:.0%}']:>7g}" for v in LEVELS)
+              + f" {f[10]:>6.3f} {f[50]:>6.3f} {f[args.trials]:>6.3f}"
+              f" {r['seconds_per_trial']:>8.3f}")
+    if "surrogate_fidelity" in result:
+        print(f"surrogate (nearest recorded point) fidelity: {result['surrogate_fidelity']}")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,12 @@ from peak_tune.errors import (
     UserError,
     environment_fault,
 )
-from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES
+from peak_tune.search.ask_ahead import (
+    ASK_AHEAD,
+    ASK_AHEAD_MIN_CORES,
+    MAX_SAMPLER_PROCESSES,
+    SAMPLER_CORES,
+)
 from peak_tune.session.config import (
     CHOICES,
     ApplierSettings,
@@ -130,6 +135,12 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         f"default: {ASK_AHEAD} where trials are told as they finish, "
                         f"the sampler is tpe and the machine has {ASK_AHEAD_MIN_CORES} "
                         "cores or more, else 0")
+    p.add_argument("--sampler-processes", type=int, default=SearchSettings.sampler_processes,
+                   metavar="N", help="sampler processes drawing ahead at once, each "
+                   "learning every trial and seeing the others' draws as running (for a "
+                   "device that finishes trials faster than one process draws them); "
+                   f"default: one per {SAMPLER_CORES} cores, at most "
+                   f"{MAX_SAMPLER_PROCESSES}")
     p.add_argument("--illegal", default=SearchSettings.illegal, choices=CHOICES["illegal"],
                    help=f"what to do with an illegal sequence pick (default "
                         f"{SearchSettings.illegal})")
@@ -326,7 +337,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         branch_start=args.branch_start,
         polish=args.polish,
         tell_order=args.tell_order,
-        ask_ahead=args.ask_ahead,
+        ask_ahead=args.ask_ahead, sampler_processes=args.sampler_processes,
         step_values=args.step_values, compile_workers=args.compile_workers,
         build_budget=args.build_budget,
         apply_workers=args.apply_workers, executor=args.executor,

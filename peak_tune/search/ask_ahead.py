@@ -36,15 +36,17 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution
 from optuna.storages import InMemoryStorage
 from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from peak_tune.search.focus import ParamRoles
 from peak_tune.search.samplers import make_sampler
-from peak_tune.study.piped_child import PipedChild, child_pipes
+from peak_tune.study.piped_child import PipedChild, child_pipes, one_with_a_reply
 
-__all__ = ["ASK_AHEAD", "ASK_AHEAD_MIN_CORES", "AskAhead", "Draw"]
+__all__ = ["ASK_AHEAD", "ASK_AHEAD_MIN_CORES", "MAX_SAMPLER_PROCESSES", "SAMPLER_CORES",
+           "AskAhead", "Draw", "sampler_processes_for"]
 
 log = logging.getLogger(__name__)
 
@@ -53,79 +55,128 @@ ASK_AHEAD = 2  # the default depth: a draw ready at every ask, each a little sta
 # study with an instant device ran 17.7 trials/s drawing ahead, 22.9 drawing in the
 # driver (benchmarks/results/2026-11-30-cpu-driver-ahead.json)
 ASK_AHEAD_MIN_CORES = 4
+# Sampler processes at once, by default one per SAMPLER_CORES cores: the builds (one
+# compiler process per core) and the driver keep the rest busy. On the H200's 16 cores
+# that is 4 (see AskAhead).
+SAMPLER_CORES = 4
+MAX_SAMPLER_PROCESSES = 4
+
+
+def sampler_processes_for(cores: int) -> int:
+    return max(1, min(MAX_SAMPLER_PROCESSES, cores // SAMPLER_CORES))
 
 
 @dataclass(frozen=True)
 class Draw:
-    """One trial's parameters drawn by the sampler process; `ticket` names the trial in
-    its study (told back with the result)."""
+    """One trial's parameters drawn by a sampler process; `ticket` names the trial in
+    every process's study (told back with the result)."""
 
     ticket: int
     params: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class _Drawn:
+    draw: Draw
+    owner: int  # the process that drew it
+    distributions: dict[str, BaseDistribution]
+
+
 class AskAhead:
-    """The sampler process of one study: `sampler` (a name of `make_sampler`) seeded with
-    `seed`, knowing the parameter `roles` (the sequence encoding; pickled), started with
-    the `finished` trials."""
+    """The sampler processes of one study: `processes` of them, each `sampler` (a name
+    of `make_sampler`) seeded with `seed` plus its index, knowing the parameter `roles`
+    (the sequence encoding; pickled), started with the `finished` trials, and keeping
+    `depth` draws ready.
+
+    Several processes draw as many trials at once, for a device that finishes trials
+    faster than one process draws them (on the H200 a fp16 4096 study told 27 trials a
+    second, most of them pruned at once or answered by the cache, and TPE's draws at
+    about 36 ms each were the limit: the device was 18% busy). Every process learns
+    every finished trial, and each draw handed out is shown to the others as a running
+    trial, so their constant liars keep away from it as from their own: Optuna's
+    parallel workers sharing one storage, with the storage kept in each process.
+    """
 
     def __init__(self, sampler: str, seed: int | None, roles: ParamRoles | None,
                  directions: Sequence[StudyDirection], finished: Sequence[FrozenTrial],
-                 depth: int) -> None:
-        if depth < 1:
-            raise ValueError("depth must be 1 or more")
+                 depth: int, processes: int = 1) -> None:
+        if depth < 1 or processes < 1:
+            raise ValueError("depth and processes must be 1 or more")
         self.depth = depth
-        self.failure = ""  # why the process stopped answering; then draw() gives None
-        self._ready: deque[Draw] = deque()
-        self._counts: deque[int] = deque()
-        self._child = PipedChild("peak_tune.search.ask_ahead", "sampler-feed")
-        self._child.send("open", (sampler, seed, roles, list(directions)))
-        for trial in finished:
-            self._child.send("told", (None, trial))
-        for _ in range(depth):
-            self._child.send("ask")
+        self.processes = processes
+        self.failure = ""  # why the processes stopped answering; then draw() gives None
+        self._ready: deque[_Drawn] = deque()
+        self._counts: deque[tuple[int, int]] = deque()
+        self._children = [PipedChild("peak_tune.search.ask_ahead", f"sampler-feed-{i}")
+                          for i in range(processes)]
+        for index, child in enumerate(self._children):
+            child.send("open", (sampler, None if seed is None else seed + index, roles,
+                                list(directions), index, processes))
+            for trial in finished:
+                child.send("told", (None, trial))
+            for _ in range(depth):
+                child.send("ask")
 
     def draw(self) -> Draw | None:
         """The next ready draw (waiting for one), and a new one requested in its place;
-        None once the process has failed."""
+        None once a process has failed."""
         while not self._ready and not self.failure:
             self._take_reply()
         if self.failure:
             return None
-        self._child.send("ask")
-        return self._ready.popleft()
+        drawn = self._ready.popleft()
+        for index, child in enumerate(self._children):
+            if index == drawn.owner:
+                child.send("ask")
+            else:
+                child.send("running", (drawn.draw.ticket, drawn.draw.params,
+                                       drawn.distributions))
+        return drawn.draw
 
     def told(self, ticket: int | None, trial: FrozenTrial) -> None:
         """A finished trial of the study: the one drawn as `ticket`, or (None) one the
-        process did not draw."""
+        processes did not draw."""
         if self.failure or (ticket is None and trial.state == TrialState.FAIL):
             return  # TPE leaves failed trials out; a drawn one must end its liar
-        self._child.send("told", (ticket, trial))
+        for child in self._children:
+            child.send("told", (ticket, trial))
+
+    def counts(self) -> list[tuple[int, int]]:
+        """(finished, running) trials in each process's study, once it has taken in all
+        sent so far (for checks; [] after a failure)."""
+        for child in self._children:
+            child.send("count")
+        while len(self._counts) < self.processes and not self.failure:
+            self._take_reply()
+        counts = [self._counts.popleft() for _ in range(len(self._counts))]
+        return [] if self.failure else counts
 
     def finished_count(self) -> int:
-        """How many finished trials the process's study holds, once it has taken in all
-        told so far (for checks; -1 after a failure)."""
-        self._child.send("count")
-        while not self._counts and not self.failure:
-            self._take_reply()
-        return self._counts.popleft() if self._counts else -1
+        """How many finished trials the processes' studies hold (the fewest of any; -1
+        after a failure)."""
+        return min((finished for finished, _ in self.counts()), default=-1)
 
     def close(self) -> None:
-        self._child.close()
+        for child in self._children:
+            child.close()
 
     def _take_reply(self) -> None:
-        """Wait for the process's next reply and take it in."""
+        """Wait for a process's next reply and take it in."""
         try:
-            kind, payload = self._child.receive()
+            child = one_with_a_reply(self._children)
+            kind, payload = child.receive()
         except (EOFError, OSError):
-            code = self._child.wait()
-            self._fail(f"could not send it a {self._child.send_error}" if self._child.send_error
-                       else f"it ended (exit code {code})")
+            ended = next((c for c in self._children if c.exit_code is not None),
+                         self._children[0])
+            self._fail(f"could not send it a {ended.send_error}" if ended.send_error
+                       else f"it ended (exit code {ended.wait()})")
             return
         if kind == "drawn":
-            self._ready.append(Draw(*payload))
+            ticket, params, distributions = payload
+            self._ready.append(_Drawn(Draw(ticket, params),
+                                      self._children.index(child), distributions))
         elif kind == "count":
-            self._counts.append(int(payload))
+            self._counts.append((int(payload[0]), int(payload[1])))
         elif kind == "failed":
             self._fail(str(payload))
 
@@ -136,14 +187,16 @@ class AskAhead:
 
 
 def _serve(inbox: Connection, outbox: Connection) -> None:
-    """The sampler process: draws on request, finished trials taken in, in the order the
-    driver sent them, until the driver's end of the pipe goes away."""
+    """A sampler process: draws on request, the others' draws taken in as running
+    trials and finished trials as told, in the order the driver sent them, until the
+    driver's end of the pipe goes away. A draw's ticket is its number in this process's
+    study times the processes plus this one's index: the same in every process."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    _, (name, seed, roles, directions) = inbox.recv()
+    _, (name, seed, roles, directions, index, processes) = inbox.recv()
     storage = InMemoryStorage()
     study = optuna.create_study(storage=storage, directions=directions,
                                 sampler=make_sampler(name, seed, roles))
-    drawn: dict[int, optuna.Trial] = {}  # handed out, not yet told back
+    drawn: dict[int, optuna.Trial] = {}  # ticket -> a trial running here, not yet told
     while True:
         try:
             kind, payload = inbox.recv()
@@ -154,11 +207,21 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
                 _take_in(study, storage, drawn, *payload)
             elif kind == "ask":
                 trial = study.ask()
-                drawn[trial.number] = trial
-                outbox.send(("drawn", (trial.number, dict(trial.relative_params))))
+                params = dict(trial.relative_params)
+                space = trial.relative_search_space or {}
+                ticket = trial.number * processes + index
+                drawn[ticket] = trial
+                outbox.send(("drawn", (ticket, params, {n: space[n] for n in params})))
+            elif kind == "running":
+                ticket, params, distributions = payload
+                running = create_trial(state=TrialState.RUNNING, params=params,
+                                       distributions=distributions)
+                trial_id = storage.create_new_trial(study._study_id, template_trial=running)
+                drawn[ticket] = optuna.Trial(study, trial_id)
             elif kind == "count":
-                outbox.send(("count", sum(t.state.is_finished() for t in study.get_trials(
-                    deepcopy=False))))
+                states = [t.state for t in study.get_trials(deepcopy=False)]
+                outbox.send(("count", (sum(s.is_finished() for s in states),
+                                       states.count(TrialState.RUNNING))))
         except OSError:  # the driver closed its end while a draw was on its way: done
             return
         except Exception as error:  # reported; the driver samples on its own from then on
@@ -169,8 +232,9 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
 
 def _take_in(study: optuna.Study, storage: InMemoryStorage, drawn: dict[int, optuna.Trial],
              ticket: int | None, told: FrozenTrial) -> None:
-    """Finish the drawn trial `ticket` as `told` finished in the driver (its parameters
-    are the driver's: the draw's and any it sampled itself), or add `told` as it is."""
+    """Finish the trial drawn as `ticket` (here or by another process) as `told`
+    finished in the driver (its parameters are the driver's: the draw's and any it
+    sampled itself), or add `told` as it is."""
     trial = drawn.pop(ticket, None) if ticket is not None else None
     if trial is None:
         study.add_trial(told)

@@ -25,7 +25,12 @@ from optuna.trial import FrozenTrial, TrialState
 from peak_tune.catalog.types import Transformation
 from peak_tune.core import KernelContext, Status
 from peak_tune.errors import UserError
-from peak_tune.search.ask_ahead import ASK_AHEAD, ASK_AHEAD_MIN_CORES, AskAhead
+from peak_tune.search.ask_ahead import (
+    ASK_AHEAD,
+    ASK_AHEAD_MIN_CORES,
+    AskAhead,
+    sampler_processes_for,
+)
 from peak_tune.search.focus import FixedFirst
 from peak_tune.search.polish import Polisher
 from peak_tune.search.samplers import is_multi_objective, make_sampler
@@ -61,6 +66,7 @@ class StudySettings:
     # draws a sampler process keeps ready; -1: ASK_AHEAD where trials are told as they
     # finish with TPE on a machine of ASK_AHEAD_MIN_CORES or more, else 0
     ask_ahead: int = -1
+    sampler_processes: int = -1  # -1: sampler_processes_for(the machine's cores)
 
 
 def resumed_seed(seed: int, finished: int) -> int:
@@ -210,8 +216,10 @@ class Searcher:
             return None
         finished = self.study.get_trials(deepcopy=False, states=(
             TrialState.COMPLETE, TrialState.PRUNED))
+        processes = (s.sampler_processes if s.sampler_processes > 0
+                     else sampler_processes_for(os.cpu_count() or 1))
         ask_ahead = AskAhead(s.sampler, self.sampler_seed, self._encoding,
-                             self.study.directions, finished, depth)
+                             self.study.directions, finished, depth, processes)
         self.study.sampler = FixedFirst(self.study.sampler)
         return ask_ahead
 

@@ -134,6 +134,9 @@ class SearchSettings:
     # itself; -1 (auto): ASK_AHEAD where trials are told as they finish with TPE on a
     # machine of ASK_AHEAD_MIN_CORES or more, else 0
     ask_ahead: int = -1
+    # sampler processes drawing ahead at once; -1 (auto): one per SAMPLER_CORES cores,
+    # at most MAX_SAMPLER_PROCESSES (search.ask_ahead)
+    sampler_processes: int = -1
     step_values: bool = False  # each step's speed along the best's sequence, per trial
     # a new study's first trials: the best `warm_start_top` of these studies (same storage,
     # kernel and backend; another size, dtype or device), e.g. 8192 starting from 4096
@@ -145,6 +148,8 @@ class SearchSettings:
                              "encoding": ("encoding", Encoding),
                              "illegal": ("illegal", Illegal),
                              "tell_order": ("tell_order", TellOrder)})
+        if self.sampler_processes == 0 or self.sampler_processes < -1:
+            raise UserError("--sampler-processes must be 1 or more (-1: one per 4 cores)")
 
 
 @dataclass(frozen=True)

@@ -165,4 +165,5 @@ def study_settings(config: TuneConfig, spec: KernelSpec, device: DeviceProfile,
         applier_identity=applier_identity, sampler=search.sampler, seed=search.seed,
         encoding=search.encoding, fixed_sequence=bool(search.sequence),
         branch_start=search.branch_start, warm_start=search.warm_start,
-        warm_start_top=search.warm_start_top, ask_ahead=search.ask_ahead)
+        warm_start_top=search.warm_start_top, ask_ahead=search.ask_ahead,
+        sampler_processes=search.sampler_processes)

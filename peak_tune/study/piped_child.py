@@ -15,10 +15,11 @@ import signal
 import subprocess
 import sys
 import threading
-from multiprocessing.connection import Connection
+from collections.abc import Sequence
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
-__all__ = ["Message", "PipedChild", "child_pipes"]
+__all__ = ["Message", "PipedChild", "child_pipes", "one_with_a_reply"]
 
 Message = tuple[str, Any]
 _CLOSE_WAIT_S = 10.0
@@ -97,6 +98,19 @@ class PipedChild:
                 except Exception as error:  # pickling failed
                     self.send_error = f"{message[0]!r} message: {type(error).__name__}: {error}"
                     return
+
+
+def one_with_a_reply(children: Sequence[PipedChild]) -> PipedChild:
+    """The first of `children` with a reply waiting (waiting for one); EOFError once one
+    of them has ended with nothing more to read."""
+    while True:
+        for child in children:
+            if child.has_reply():
+                return child
+        wait([child._replies for child in children], _ALIVE_CHECK_S)
+        if not any(child.has_reply() for child in children) and any(
+                child.exit_code is not None for child in children):
+            raise EOFError
 
 
 def _pipe() -> tuple[Connection, Connection]:

@@ -13,7 +13,8 @@ import pytest
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from peak_tune.search.ask_ahead import AskAhead
+from peak_tune.errors import UserError
+from peak_tune.search.ask_ahead import AskAhead, sampler_processes_for
 from peak_tune.search.focus import FixedFirst
 from peak_tune.session import parts, tune
 from peak_tune.session.config import TuneConfig
@@ -105,12 +106,51 @@ def test_draws_not_yet_told_are_kept_apart():
     assert len(points) == 6
 
 
+def test_several_processes_each_learn_every_trial_and_see_the_others_draws_running():
+    study = optuna.create_study(direction="maximize")
+    study.optimize(objective, n_trials=12)
+    ahead = AskAhead("tpe", 0, None, [StudyDirection.MAXIMIZE], study.trials, 2,
+                     processes=3)
+    try:
+        assert ahead.counts() == [(12, 2)] * 3  # its own two draws ready, running
+        draws = [ahead.draw() for _ in range(4)]
+        assert all(d is not None for d in draws)
+        # each keeps two of its own draws running and has seen the four handed out:
+        # those that it drew itself and those of the others, as running trials
+        assert ahead.counts() == [(12, 2 + 4)] * 3
+        assert len({d.ticket for d in draws if d}) == 4
+        for draw in draws[:3]:
+            assert draw is not None
+            study.enqueue_trial(draw.params)
+            trial = study.ask()
+            study.tell(trial, objective(trial))
+            ahead.told(draw.ticket, study.trials[trial.number])
+        assert ahead.counts() == [(15, 2 + 1)] * 3
+    finally:
+        ahead.close()
+
+
+def test_several_processes_draw_different_points_that_improve():
+    study = random_start()
+    ahead = AskAhead("tpe", 0, None, [StudyDirection.MAXIMIZE], [], 2, processes=2)
+    try:
+        values = drive(study, ahead, 60)
+        assert ahead.finished_count() == 60
+    finally:
+        ahead.close()
+    blind = random_start()
+    blind.optimize(objective, n_trials=60)
+    assert statistics.median(values[-20:]) > statistics.median(
+        t.value for t in blind.trials[-20:]) + 2.0
+    assert len({(t.params["x"], t.params["tile"]) for t in study.trials}) == 60
+
+
 def test_a_killed_process_is_reported_once_and_draws_stop(caplog: pytest.LogCaptureFixture):
     study = optuna.create_study(direction="maximize")
     ahead = open_ahead()
     try:
         drive(study, ahead, 3)
-        ahead._child.kill()
+        ahead._children[0].kill()
         with caplog.at_level(logging.WARNING, logger="peak_tune.search.ask_ahead"):
             draws = [ahead.draw() for _ in range(4)]
         # the two draws asked for before the kill may have been sent already
@@ -199,7 +239,7 @@ def test_a_study_goes_on_when_its_sampler_process_dies(
     try:
         session.run(20, records.append)
         assert session.ask_ahead is not None
-        session.ask_ahead._child.kill()
+        session.ask_ahead._children[0].kill()
         with caplog.at_level(logging.WARNING, logger="peak_tune.search.ask_ahead"):
             session.run(30, records.append)
     finally:
@@ -228,3 +268,38 @@ def test_by_default_it_draws_ahead_where_there_is_a_core_for_it(
         assert (session.ask_ahead is not None) is drawn_ahead
     finally:
         session.close()
+
+
+def test_a_gpu_study_with_several_sampler_processes_tells_each_every_trial(
+        tmp_path: Path, restore_backend: None):
+    session = instant_session(tmp_path, sampler_processes=3)
+    records: list[Any] = []
+    try:
+        assert session.ask_ahead is not None and session.ask_ahead.processes == 3
+        session.run(60, records.append)
+        finished = session.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+        # every process holds every finished trial, and only its own ready draws run
+        assert session.ask_ahead.counts() == [(len(finished), 2)] * 3
+    finally:
+        session.close()
+    assert len(records) == 60
+    assert not session.study.get_trials(states=(TrialState.RUNNING,))
+
+
+@pytest.mark.parametrize(("cores", "processes"), [(2, 1), (4, 1), (8, 2), (16, 4), (64, 4)])
+def test_by_default_one_sampler_process_draws_per_four_cores(
+        tmp_path: Path, restore_backend: None, monkeypatch: pytest.MonkeyPatch,
+        cores: int, processes: int):
+    assert sampler_processes_for(cores) == processes
+    if cores == 16:
+        monkeypatch.setattr(tune.os, "cpu_count", lambda: cores)
+        session = instant_session(tmp_path, ask_ahead=-1)
+        try:
+            assert session.ask_ahead is not None and session.ask_ahead.processes == 4
+        finally:
+            session.close()
+
+
+def test_sampler_processes_must_be_one_or_more():
+    with pytest.raises(UserError, match="--sampler-processes must be 1 or more"):
+        TuneConfig.of(sampler_processes=0)
