@@ -8,12 +8,14 @@ four-transformation space of the C matmul at 96x96x96, measured by the real C ba
 from __future__ import annotations
 
 import json
+import random
 import statistics
 from pathlib import Path
 
 import optuna
 import pytest
 
+from peak_tune.backends.replay import point_distance, surrogate_fidelity
 from peak_tune.core import Status
 from peak_tune.session.config import TuneConfig
 from peak_tune.session.tune import TuneSession, open_session
@@ -140,3 +142,49 @@ def test_parallel_builds_keep_every_trial_accounted_for(tmp_path):
     assert len(s.study.trials) == 23
     assert optuna.trial.TrialState.RUNNING not in {t.state for t in s.study.trials}
     assert len(set(points(s))) > 15  # the constant liar keeps a batch's trials apart
+
+
+def _partial(tmp_path: Path, keep_every: int, partial: bool) -> tuple[Path, set[float]]:
+    """The recording with only every `keep_every`-th point kept, and the speeds kept."""
+    data = json.loads(RECORDING.read_text())
+    data["outcomes"] = data["outcomes"][::keep_every]
+    data["partial"] = partial
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps(data))
+    kept = {round(o["flops"] / statistics.median(o["samples_ms"]) / 1e6, 6)
+            for o in data["outcomes"] if o["status"] == "ok"}
+    return path, kept
+
+
+def test_a_partial_recording_answers_a_missing_point_with_a_recorded_neighbour(tmp_path):
+    path, kept = _partial(tmp_path, 3, partial=True)
+    s = session(tmp_path / "study", recording=path, seed=2)
+    records = []
+    s.run(40, records.append)
+    ran = [r for r in records if r.status is Status.OK]
+    assert len(ran) > 10
+    # every speed is one the recording holds: nothing invented
+    assert all(round(r.gflops, 6) in kept for r in ran)
+
+
+def test_the_nearest_point_shares_the_most_steps_then_the_closest_values():
+    here = {"sequence": ["a", "b"], "params": {"TILE": 32}}
+    same_steps_far_value = {"sequence": ["a", "b"], "params": {"TILE": 4}}
+    other_steps_same_value = {"sequence": ["a", "c"], "params": {"TILE": 32}}
+    swapped = {"sequence": ["b", "a"], "params": {"TILE": 32}}
+    assert point_distance(here, swapped) < point_distance(here, other_steps_same_value)
+    assert point_distance(here, same_steps_far_value) < point_distance(
+        here, other_steps_same_value)
+    assert point_distance(here, here) == 0
+
+
+def test_the_surrogates_fidelity_is_high_where_speed_follows_the_values():
+    outcomes = [{"sequence": ["a"], "params": {"TILE": t, "UNROLL": u}, "size": "8x8x8",
+                 "status": "ok", "flops": 1e6, "samples_ms": [1.0 / (t + 0.1 * u)]}
+                for t in (1, 2, 4, 8, 16, 32, 64) for u in (1, 2, 4)]
+    fidelity = surrogate_fidelity(outcomes)
+    assert fidelity["points"] == 21 and fidelity["spearman"] > 0.9
+    times = [o["samples_ms"] for o in outcomes]
+    random.Random(0).shuffle(times)  # speed unrelated to the values: nothing to predict
+    shuffled = [dict(o, samples_ms=t) for o, t in zip(outcomes, times, strict=True)]
+    assert surrogate_fidelity(shuffled)["spearman"] < 0.5
