@@ -135,8 +135,8 @@ def main() -> None:
     parser.add_argument("--paper-trials", type=int, default=40,
                         help="trials per paper sequence at most")
     parser.add_argument("--seconds", type=float, default=120, help="time box per search")
-    parser.add_argument("--configs", default="float32:4096,float16:4096,float32:8192,"
-                                              "float16:8192")
+    parser.add_argument("--configs", default="float32:4096,float16:4096,bfloat16:4096,"
+                                              "float32:8192,float16:8192,bfloat16:8192")
     parser.add_argument("--no-paper", action="store_true", help="skip the paper rows")
     parser.add_argument("--no-triton", action="store_true", help="skip the Triton rows")
     parser.add_argument("--profile", action="store_true",

@@ -66,7 +66,8 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def matmul_ratio(dtype: str, n: int) -> dict[str, Any]:
     torch.backends.cuda.matmul.allow_tf32 = False
-    kind = {"float32": torch.float32, "float16": torch.float16}[dtype]
+    kind = {"float32": torch.float32, "float16": torch.float16,
+            "bfloat16": torch.bfloat16}[dtype]
     a = torch.randn((n, n), device="cuda", dtype=kind)
     b = torch.randn((n, n), device="cuda", dtype=kind)
     expected = (a.double() @ b.double())

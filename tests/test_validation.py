@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -154,3 +155,28 @@ def test_projection_catches_skipped_rows(spec: KernelSpec) -> None:
     c[40] = c[39]  # one row copied from its neighbour instead of computed
     with pytest.raises(WrongResult, match="1 of 7680 elements off|80 of 7680 elements off"):
         check_projected(problem, projections)
+
+
+def test_bfloat16_is_checked_in_its_own_precision(spec: KernelSpec) -> None:
+    """bf16 inputs and outputs with fp32 accumulation pass; fp8 inputs and a bf16
+    accumulator (partial sums rounded every 4 steps of K: 65-85 of 7680 elements off over
+    8 seeds; rounded every 16 steps, 0-1 at K = 512, which the check at the tuned size's
+    larger K rejects) fail."""
+    problem = make_problem(spec, BIG, "bfloat16", seed=11)
+    a, b, c = (problem.arrays()[n] for n in ("A", "B", "C"))
+    assert a.dtype.name == "bfloat16" and np.all(np.isfinite(a.astype(np.float32)))
+    assert (a.astype(np.float32) < 0).any()  # signed, spread over magnitudes
+    expected = compute_expected(problem)
+    wide_a, wide_b = a.astype(np.float32), b.astype(np.float32)
+    c[...] = (wide_a @ wide_b).astype(c.dtype)
+    check_outputs(problem, expected)
+    narrow = ml_dtypes.float8_e4m3fn
+    partial = np.zeros(c.shape, np.float32)
+    for k in range(0, wide_a.shape[1], 4):
+        partial = (partial + wide_a[:, k:k + 4] @ wide_b[k:k + 4]).astype(
+            c.dtype).astype(np.float32)
+    for cheat in ((wide_a.astype(narrow).astype(np.float32)
+                   @ wide_b.astype(narrow).astype(np.float32)), partial):
+        c[...] = cheat.astype(c.dtype)
+        with pytest.raises(WrongResult, match="elements off"):
+            check_outputs(problem, expected)

@@ -79,6 +79,17 @@ class Reference:
         return sum(int(a.nbytes) for a in self.arrays())
 
 
+def device_view(array: np.ndarray) -> np.ndarray:
+    """The array as CuPy can hold it: bfloat16 (which CuPy lacks) as its 16-bit words;
+    the device kernels and checks read those words as __nv_bfloat16."""
+    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+
+def host_float(array: np.ndarray) -> np.ndarray:
+    """The array in a type CuPy computes with (bfloat16 widened to float32, exactly)."""
+    return array.astype(np.float32) if array.dtype.name == "bfloat16" else array
+
+
 def _word_sums(arrays: list[Any]) -> Any:
     """Per array, the sum of its elements read as unsigned words (wrapping), on the device."""
     import cupy
@@ -96,7 +107,7 @@ def expected_on_device(problem: Problem) -> Expected:
     spec = problem.spec
     try:
         names: dict[str, Any] = {**problem.size.as_dict(), **problem.scalars}
-        names.update({n: cupy.asarray(a).astype(cupy.float64)
+        names.update({n: cupy.asarray(host_float(a)).astype(cupy.float64)
                       for n, a in problem.originals.items()})
         values = _outputs(problem, evaluate(spec.reference, names))
         scales = _outputs(problem, evaluate(spec.error_scale, names))
@@ -125,7 +136,7 @@ def upload(problem: Problem, expected: Expected | None) -> Reference:
     and the word sums of everything uploaded (None: copies alone, no device kernels)."""
     import cupy
 
-    pristine = {b.arg.name: cupy.asarray(b.storage) for b in problem.buffers}
+    pristine = {b.arg.name: cupy.asarray(device_view(b.storage)) for b in problem.buffers}
     shapes = {b.arg.name: b.shape for b in problem.buffers}
     values: dict[str, Any] = {}
     bounds: dict[str, Any] = {}
@@ -183,6 +194,7 @@ class ReferenceCache:
 
 _COUNTING = r"""
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 __device__ __forceinline__ void add(unsigned long long local, unsigned long long *count) {
     for (int offset = 16; offset > 0; offset >>= 1)
         local += __shfl_down_sync(0xffffffffu, local, offset);
@@ -203,7 +215,9 @@ DIFFER(differ64, unsigned long long)
     STRIDE local += !(fabs(READ(out[i]) - expected[i]) <= bound[i]); add(local, count); }
 #define AS_DOUBLE(x) ((double)(x))
 #define HALF_AS_DOUBLE(x) ((double)__half2float(x))
+#define BF16_AS_DOUBLE(x) ((double)__bfloat162float(x))
 OFF(off16, __half, HALF_AS_DOUBLE)
+OFF(offbf16, __nv_bfloat16, BF16_AS_DOUBLE)
 OFF(off32, float, AS_DOUBLE)
 OFF(off64, double, AS_DOUBLE)
 """
@@ -246,6 +260,7 @@ def failure_count(reference: Reference, storage: dict[str, Any]) -> Any:
         _count(differ, (raw[:guard], pristine[:guard]), count)
         _count(differ, (raw[-guard:], pristine[-guard:]), count)
         elements = int(np.prod(reference.shapes[arg.name], dtype=np.int64))
-        _count(f"off{bits}", (data[guard:guard + elements], reference.expected[arg.name],
-                              reference.bounds[arg.name]), count)
+        off = "offbf16" if reference.dtype == "bfloat16" else f"off{bits}"
+        _count(off, (data[guard:guard + elements], reference.expected[arg.name],
+                     reference.bounds[arg.name]), count)
     return count[0].astype(cupy.int64)

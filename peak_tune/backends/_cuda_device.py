@@ -30,7 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from peak_tune.backends._cuda_check import Reference, ReferenceCache, failure_count, upload
+from peak_tune.backends._cuda_check import (
+    Reference,
+    ReferenceCache,
+    device_view,
+    failure_count,
+    upload,
+)
 from peak_tune.backends._cuda_launch import TensorMapBox
 from peak_tune.backends._cuda_tma import TENSOR_MAP_BYTES, encode, layout_for
 from peak_tune.backends.wire import Timing
@@ -222,7 +228,8 @@ class DeviceProblem:
         """Download every allocation, guards included, into `problem` (made from the same
         seed) and check it there with validation.check_outputs."""
         for buffer in problem.buffers:
-            self.storage[buffer.arg.name].get(stream=state.stream, out=buffer.storage)
+            self.storage[buffer.arg.name].get(stream=state.stream,
+                                              out=device_view(buffer.storage))
         state.stream.synchronize()
         check_outputs(problem, compute_expected(problem))
 

@@ -48,9 +48,11 @@ _log = logging.getLogger(__name__)
 
 _MAX_MODULES = 32  # loaded cubins kept; the oldest is unloaded beyond this
 _CUBLAS_TYPES = {"float32": (0, 68, np.float32), "float16": (2, 68, np.float32),
+                 "bfloat16": (14, 68, np.float32),
                  "float64": (1, 70, np.float64)}  # cudaDataType, cublasComputeType, scalars
 _CUBLAS_COMPUTE = {"float32": "fp32 in/out, CUBLAS_COMPUTE_32F (true SGEMM, TF32 off)",
                    "float16": "fp16 in/out, fp32 accumulation (CUBLAS_COMPUTE_32F)",
+                   "bfloat16": "bf16 in/out, fp32 accumulation (CUBLAS_COMPUTE_32F)",
                    "float64": "fp64 in/out, CUBLAS_COMPUTE_64F"}
 # On ROCm, CuPy's gemmEx is hipblasGemmEx, whose compute type is a data type (the
 # accumulator's: fp32 for fp16 inputs) and whose algorithm must be the default.
@@ -258,6 +260,8 @@ def _cublas_binder(spec: KernelSpec, dtype: str, call: str) -> tuple[str, Binder
     data_type, compute_type, scalar = _CUBLAS_TYPES[dtype]
     alpha, beta = np.ones(1, scalar), np.zeros(1, scalar)
     if _on_hip():
+        if dtype not in _HIPBLAS_COMPUTE_TYPES:
+            raise UserError(f"no hipBLAS baseline for {dtype} in this version")
         compute_type = _HIPBLAS_COMPUTE_TYPES[dtype]
         library = f"hipBLAS gemmEx ({_HIPBLAS_COMPUTE[dtype]}; CuPy {cupy_module().__version__})"
     else:

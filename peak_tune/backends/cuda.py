@@ -63,6 +63,7 @@ HARNESS_VERSION = "cuda-2"  # bump when validation or timing in the worker chang
 FLAGS = ("-std=c++17", "-lineinfo", "--ptxas-options=-v")
 # dtype -> (DTYPE, ACC): fp16 in and out with fp32 accumulation
 _CUDA_TYPES = {"float32": ("float", "float"), "float16": ("__half", "float"),
+               "bfloat16": ("__nv_bfloat16", "float"),
                "float64": ("double", "double")}
 _RESERVED_MACROS = {"DTYPE", "ACC"}
 _MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from peak_tune.core import ArgSpec, KernelContext, KernelSpec, ProblemSize
@@ -60,8 +61,9 @@ GUARD_BYTES = 64 << 10  # guard bytes before and after every buffer: 16 pages
 _SENTINEL_BYTE = 0xA5  # the output guards' bit pattern, byte by byte
 _INPUT_PAD_BYTE = 0xFF  # the input guards': 0xFF..FF is a NaN in every float type
 ABS_FLOOR = 1e-30  # absolute tolerance added to the relative one (scale 0 stays checkable)
-_DTYPES: dict[str, type[np.floating[Any]]] = {
+_DTYPES: dict[str, Any] = {
     "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,  # numpy has none: ml_dtypes' (CuPy has none either)
     "float32": np.float32,
     "float64": np.float64,
 }

@@ -41,9 +41,11 @@ class FloatFormat:
 
 
 # fp16 spans fewer orders (0.25 .. 4): a 8192-term sum of products below 16 stays far
-# below its largest finite value (65504). fp32 and fp64: 1/16 .. 16.
+# below its largest finite value (65504). bf16 (fp32's exponent, 7 mantissa bits), fp32
+# and fp64: 1/16 .. 16.
 _FORMATS = {
     "float16": FloatFormat(16, 10, 15, 2),
+    "bfloat16": FloatFormat(16, 7, 127, 3),
     "float32": FloatFormat(32, 23, 127, 3),
     "float64": FloatFormat(64, 52, 1023, 3),
 }

@@ -1,8 +1,10 @@
 // C = A x B, row-major, one thread per output (the PEAK paper's naive seed).
-// DTYPE is the element type (float, __half, double) and ACC the accumulator type
-// (float for float and __half: fp16 in and out with fp32 accumulation); the backend
-// sets both with -D. The launch geometry lives in spec.toml ([launch.cuda]).
+// DTYPE is the element type (float, __half, __nv_bfloat16, double) and ACC the
+// accumulator type (float for float, __half and __nv_bfloat16: 16-bit in and out with
+// fp32 accumulation); the backend sets both with -D. The launch geometry lives in
+// spec.toml ([launch.cuda]).
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 
 extern "C" __global__ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {
     int row = blockIdx.y * blockDim.y + threadIdx.y;

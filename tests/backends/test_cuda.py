@@ -94,7 +94,7 @@ def fixture(spec: KernelSpec, name: str, **fields: object) -> KernelContext:
 # ---------------------------------------------------------------- the seed and cuBLAS
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("size", [SQUARE, ODD], ids=["512", "333x517x259"])
 def test_naive_seed_validates_and_times(
     backend: CudaBackend, spec: KernelSpec, build_dir: str, dtype: str, size: ProblemSize
@@ -111,6 +111,7 @@ def test_naive_seed_validates_and_times(
 @pytest.mark.parametrize(("dtype", "compute"), [
     ("float32", "CUBLAS_COMPUTE_32F (true SGEMM, TF32 off)"),
     ("float16", "fp32 accumulation (CUBLAS_COMPUTE_32F)"),
+    ("bfloat16", "bf16 in/out, fp32 accumulation (CUBLAS_COMPUTE_32F)"),
 ])
 def test_vendor_is_cublas_timed_by_the_same_code(
     backend: CudaBackend, spec: KernelSpec, dtype: str, compute: str
@@ -274,9 +275,10 @@ TMA_POINT = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 3,
 @pytest.mark.parametrize("kernel", list(TMA_SEQUENCES))
 @pytest.mark.parametrize("size", [SQUARE, ProblemSize.of({"M": 200, "N": 136, "K": 1000}), ODD],
                          ids=["512", "edges 200x136x1000", "odd, no maps"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tma_kernels_validate_with_the_backends_tensor_maps(
     backend: CudaBackend, profile: DeviceProfile, spec: KernelSpec, build_dir: str,
-    kernel: str, size: ProblemSize,
+    kernel: str, size: ProblemSize, dtype: str,
 ) -> None:
     """The maps (K and N multiples of 8) load edge tiles with zeros; at odd sizes the
     backend passes null and the kernel's cp.async copies run."""
@@ -289,7 +291,7 @@ def test_tma_kernels_validate_with_the_backends_tensor_maps(
     context = seed_context(spec, "cuda")
     for step in TMA_SEQUENCES[kernel]:
         context = apply_transformation(context, catalog[step], profile)
-    measurement = run(backend, spec, build_dir, context, TMA_POINT, dtype="float16", size=size)
+    measurement = run(backend, spec, build_dir, context, TMA_POINT, dtype=dtype, size=size)
     assert measurement.gflops > 0
 
 

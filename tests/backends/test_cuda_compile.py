@@ -114,7 +114,7 @@ def context_of(source: str, **fields: object) -> KernelContext:
 
 @needs_nvrtc
 @pytest.mark.parametrize("device", ["a100", "h200"])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_seed_compiles_to_a_cubin_with_its_resources(
     spec: KernelSpec, tmp_path: Path, device: str, dtype: str
 ) -> None:
@@ -426,7 +426,7 @@ def test_slow_kernels_get_fewer_timed_runs() -> None:
 
 
 def test_unknown_dtype_is_a_clear_error(backend: CudaBackend, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="supports dtypes float32, float16, float64, not 'int8'"):
+    with pytest.raises(UserError, match="supports dtypes float32, float16, bfloat16, float64, not 'int8'"):
         backend.compile(context_of(TILE_SOURCE), {}, "int8", str(tmp_path))
 
 
@@ -437,7 +437,7 @@ def test_spec_launch_table_reaches_the_seed_context(spec: KernelSpec) -> None:
     assert spec.launch["cuda"]["grid_x"] == "ceil_div(N, 16)"
     assert seed_context(spec, "cuda").launch == spec.launch["cuda"]
     assert seed_context(spec, "c").launch == {}
-    assert "float16" in spec.dtypes
+    assert "float16" in spec.dtypes and "bfloat16" in spec.dtypes
 
 
 def test_spec_launch_with_an_unknown_name_is_a_catalog_error(tmp_path: Path) -> None:
