@@ -426,7 +426,8 @@ def test_slow_kernels_get_fewer_timed_runs() -> None:
 
 
 def test_unknown_dtype_is_a_clear_error(backend: CudaBackend, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="supports dtypes float32, float16, bfloat16, float64, not 'int8'"):
+    with pytest.raises(UserError,
+                       match="supports dtypes float32, float16, bfloat16, float64, not 'int8'"):
         backend.compile(context_of(TILE_SOURCE), {}, "int8", str(tmp_path))
 
 
