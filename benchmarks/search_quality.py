@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from peak_tune.backends.replay import surrogate_fidelity
+from peak_tune.backends.replay import replay_key, surrogate_fidelity
 from peak_tune.session.config import TuneConfig
 from peak_tune.session.tune import open_session
 
@@ -42,6 +42,26 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     "cmaes": {"sampler": "cmaes", "polish": 0.0, "branch_start": False},
     "gp": {"sampler": "gp", "polish": 0.0, "branch_start": False},  # needs PyTorch
 }
+
+
+def merged(recordings: list[Path]) -> dict[str, Any]:
+    """Several recordings of one kernel, dtype and size as one: every distinct point (the
+    first recording's where two hold it), the first one's vendor timing."""
+    data = json.loads(recordings[0].read_text())
+    seen = {replay_key(o["sequence"], o["params"], o["size"]) for o in data["outcomes"]}
+    for other in recordings[1:]:
+        more = json.loads(other.read_text())
+        if (more.get("dtype"), more.get("backend")) != (data.get("dtype"), data.get("backend")):
+            raise SystemExit(f"{other} records another dtype or backend than {recordings[0]}")
+        for outcome in more["outcomes"]:
+            key = replay_key(outcome["sequence"], outcome["params"], outcome["size"])
+            if key not in seen:
+                seen.add(key)
+                data["outcomes"].append(outcome)
+        data["partial"] = data.get("partial") or more.get("partial")
+        data["transformations"] = sorted({*data["transformations"],
+                                          *more["transformations"]})
+    return data
 
 
 def _recorded(recording: Path) -> tuple[dict[str, Any], dict[str, int], float]:
@@ -79,7 +99,9 @@ def _trials_to(curve: list[float], target: float, trials: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recording", default=str(DEFAULT_RECORDING))
+    parser.add_argument("--recording", default=str(DEFAULT_RECORDING),
+                        help="FILE[,FILE...]: several recordings of one configuration "
+                             "are replayed as one")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--trials", type=int, default=40)
@@ -90,16 +112,18 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "search_quality.json"))
     args = parser.parse_args()
-    recording = Path(args.recording)
+    tmp_folder = tempfile.TemporaryDirectory(prefix="peak-quality-")
+    tmp = tmp_folder.name
+    recording = Path(tmp) / "recording.json"
+    recording.write_text(json.dumps(merged([Path(p) for p in args.recording.split(",")])))
     data, _, optimum = _recorded(recording)
     device = args.device or ("cpu" if data.get("backend", "c") == "c" else "h200")
     strategies = args.strategies.split(",")
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    with tempfile.TemporaryDirectory(prefix="peak-quality-") as tmp:
-        jobs = [(str(recording), s, seed, args.trials, device, f"{tmp}/{s}-{seed}")
-                for s in strategies for seed in seeds]
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            runs = pool.map(best_curve, jobs)
+    jobs = [(str(recording), s, seed, args.trials, device, f"{tmp}/{s}-{seed}")
+            for s in strategies for seed in seeds]
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        runs = pool.map(best_curve, jobs)
     rows: list[dict[str, Any]] = []
     for strategy in strategies:
         mine = [r for r in runs if r["strategy"] == strategy]
@@ -119,7 +143,7 @@ def main() -> None:
         })
     result = {
         "benchmark": "search_quality", "date": time.strftime("%Y-%m-%d"),
-        "recording": recording.name, "recorded_on": data.get("device"),
+        "recording": args.recording, "recorded_on": data.get("device"),
         "space_points": len(data["outcomes"]), "recorded_best_gflops": optimum,
         "seeds": list(seeds), "trials": args.trials,
         "command": f"python benchmarks/search_quality.py --recording {args.recording} "
@@ -129,6 +153,7 @@ def main() -> None:
     if data.get("partial"):
         result["surrogate_fidelity"] = surrogate_fidelity(data["outcomes"])
     Path(args.out).write_text(json.dumps(result, indent=1))
+    tmp_folder.cleanup()
     print(f"wrote {args.out}")
     print(f"{'strategy':<14} " + " ".join(f"{'to ' + f'{v:.0%}':>7}" for v in LEVELS)
           + f" {'@10':>6} {'@50':>6} {'@' + str(args.trials):>6} {'s/trial':>8}")

@@ -159,7 +159,7 @@ def test_bad_batch_file_is_one_line_exit_2_and_nothing_written(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"peak-tune: error: {path}: matrix.dtypes[1]: dtype 'float8' is not "
-        "offered by matmul (choose from float32, float64, float16)"]
+        "offered by matmul (choose from float32, float64, float16, bfloat16)"]
     assert not (tmp_path / "r").exists()
     missing = peak("batch", str(tmp_path / "nope.toml"), "--results", str(tmp_path / "r"))
     assert missing.returncode == 2 and "nope.toml' does not exist" in missing.stderr

@@ -21,7 +21,8 @@ driver. A draw is made up to `depth` asks before the driver uses it, and the ord
 what the process learns depends on when trials finish: used only where trials are told
 as they finish, which is not repeatable anyway.
 
-If the process fails, the driver logs it once and samples in its own thread again.
+Several processes can draw at once (`processes`, `--sampler-processes`): see AskAhead.
+If a process fails, the driver logs it once and samples in its own thread again.
 """
 
 from __future__ import annotations
