@@ -8,7 +8,6 @@ import optuna
 
 from peak_tune.errors import UserError
 from peak_tune.search.focus import HistoryWindow, ParamRoles, SequenceFirst
-from peak_tune.search.tpe import split_once_tpe
 
 __all__ = ["SAMPLERS", "make_sampler", "is_multi_objective"]
 
@@ -24,9 +23,8 @@ def _tpe(seed: int | None) -> optuna.samplers.BaseSampler:
 def _tpe_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
     # multivariate + group: sequences switch parameters on and off (conditional spaces);
     # constant_liar keeps parallel workers from drawing the same point; the history
-    # window keeps an ask from growing slower with every trial (peak_tune.search.focus);
-    # the ask's groups share its split of the trials (peak_tune.search.tpe).
-    return HistoryWindow(split_once_tpe(
+    # window keeps an ask from growing slower with every trial (peak_tune.search.focus).
+    return HistoryWindow(optuna.samplers.TPESampler(
         seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10,
     ))
 

@@ -45,10 +45,13 @@ __all__ = ["apply_workers", "backend_for", "compile_workers", "count_earlier_spe
 
 def compile_workers(run: RunSettings, on_host: bool) -> int:
     """Builds at once: 1 for a backend that runs on the host (a compiler beside a CPU
-    timing would disturb it), else one per host core."""
+    timing would disturb it) and for a replay (it builds nothing, and builds finishing in
+    their own order would let the sampler see another set of running trials from one run
+    to the next: a seeded replay repeats itself only one at a time), else one per host
+    core."""
     if run.compile_workers > 0:
         return run.compile_workers
-    return 1 if on_host else max(1, os.cpu_count() or 1)
+    return 1 if on_host or run.replay is not None else max(1, os.cpu_count() or 1)
 
 
 def apply_workers(settings: ApplierSettings, applier: Applier) -> int:
