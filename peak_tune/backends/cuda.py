@@ -85,11 +85,12 @@ class CudaBackend:
                                 sanitizer=True, profiler=True, tensor_maps=True)
 
     build_command = "NVRTC " + " ".join(FLAGS) + " -arch=sm_<the device's> (then cubin)"
+    element_types = _CUDA_TYPES  # dtype -> (DTYPE, ACC) of the source language
 
-    @staticmethod
-    def element_macros(dtype: str) -> dict[str, str]:
+    @classmethod
+    def element_macros(cls, dtype: str) -> dict[str, str]:
         """What a build of `dtype` defines besides the tuning values (see export)."""
-        element, accumulator = _CUDA_TYPES.get(dtype, ("", ""))
+        element, accumulator = cls.element_types.get(dtype, ("", ""))
         return {"DTYPE": element, "ACC": accumulator} if element else {}
 
     def __init__(self, profile: DeviceProfile) -> None:
@@ -150,12 +151,13 @@ class CudaBackend:
     ) -> Artifact:
         """Build <build_dir>/<key>.cubin with NVRTC (in a compiler process, stopped past
         `time_limit_s`), or reuse an identical build."""
-        if dtype not in _CUDA_TYPES:
-            raise UserError(f"the CUDA backend supports dtypes {', '.join(_CUDA_TYPES)}, "
+        if dtype not in self.element_types:
+            raise UserError(f"the {self.name.upper()} backend supports dtypes "
+                            f"{', '.join(self.element_types)}, "
                             f"not {dtype!r}")
         check_launch(context.launch, None)
         self._check_resources(context, params, None)  # before NVRTC: no build to waste
-        element, accumulator = _CUDA_TYPES[dtype]
+        element, accumulator = self.element_types[dtype]
         options = [*FLAGS, f"-arch={self._arch()}", f"-DDTYPE={element}",
                    f"-DACC={accumulator}", *self._language_defines(),
                    *macro_flags(params, _RESERVED_MACROS)]

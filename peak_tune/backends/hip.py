@@ -77,6 +77,7 @@ class HipOnCudaBackend(CudaBackend):
     name = "hip"
     capabilities = Capabilities(on_host=False, host_code=False, launch_region=True,
                                 sanitizer=True, profiler=True)
+    element_types = _HIP_TYPES  # the HIP sources' types (no bf16 here yet)
 
     def fingerprint(self) -> dict[str, str]:
         found = dict(super().fingerprint())

@@ -507,3 +507,12 @@ def test_sanitizer_and_ncu_get_one_validation_at_one_size(
     assert not path.exists()
     assert (message["cubin"], message["entry"]) == (artifact.path, context.entry)
     assert (message["size"], message["check_sizes"]) == ({"M": 64, "N": 32, "K": 16}, [])
+
+
+def test_hip_sources_on_nvidia_refuse_bfloat16_in_one_line(h200: DeviceProfile,
+                                                           tmp_path: Path) -> None:
+    from peak_tune.backends.hip import HipOnCudaBackend
+
+    with pytest.raises(UserError, match="^the HIP backend supports dtypes float32, float16, "
+                                        "float64, not 'bfloat16'$"):
+        HipOnCudaBackend(h200).compile(context_of(TILE_SOURCE), {}, "bfloat16", str(tmp_path))
