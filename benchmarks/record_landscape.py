@@ -10,8 +10,8 @@ its good regions, so the recording holds both the landscape's shape and its peak
     python benchmarks/record_landscape.py --configs float16:4096,float32:4096 \
         --samplers random:0,tpe:0 --seconds 120 --out-dir $OUT
 
-writes one `landscape-<dtype>-<n>.json` per configuration (replay it with
-`benchmarks/search_quality.py --recording FILE --nearest`).
+writes one `landscape-<dtype>-<n>.json` per configuration, marked partial (replay it with
+`benchmarks/search_quality.py --recording FILE[,FILE...]`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     for config in args.configs.split(","):
         dtype, n = config.split(":")
-        studies, vendor, rows = [], None, []
+        studies, rows = [], []
         for entry in args.samplers.split(","):
             sampler, seed = entry.split(":")
             name = f"landscape-{dtype}-{n}-{sampler}-{seed}{args.tag}"
@@ -58,7 +58,6 @@ def main() -> None:
                          "trials_per_second": row["trials_per_second"],
                          "best": row["best"], "time": row["time"]})
             studies.append(name)
-            vendor = vendor or row["vendor"]
             print(f"{name}: {row['trials']['total']} trials, best/cuBLAS {row['ratio']}",
                   flush=True)
         outcomes, vendor_timing = study_outcomes(Path(args.results), studies)
