@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # One device call for issue 15: the hardened harness's cost before and after (the older
 # tree in .before, carried), the GPU tests, the adversarial CUDA kernels, and a short
-# fp32 4096 search with each tree. Wheels in .whl (see ../shared/PERF.md).
+# fp32 4096 search with each tree (none when the seconds given are 0). Wheels in .whl
+# (see ../shared/PERF.md).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 seconds=${1:-60}
-for label in before after; do
-  root=$PWD; [ "$label" = before ] && root=$PWD/.before
-  (cd "$root" && PYTHONPATH=/tmp/site:$root python3 benchmarks/cuda_throughput.py \
-     --size 4096 --evaluations 30 --label "$label" 2>&1 | tail -8)
+for round in 1 2; do
+  for label in before after; do
+    root=$PWD; [ "$label" = before ] && root=$PWD/.before
+    (cd "$root" && PYTHONPATH=/tmp/site:$root python3 benchmarks/cuda_throughput.py \
+       --size 4096 --evaluations 30 --label "$label-$round" 2>&1 | tail -8)
+  done
 done
 PYTHONPATH=/tmp/site:$PWD python3 -m pytest tests/backends/test_cuda.py \
-  tests/backends/test_cuda_compile.py tests/backends/test_cuda_conformance.py tests/test_validation.py -q -p no:cacheprovider 2>&1 \
+  tests/backends/test_cuda_compile.py tests/backends/test_cuda_conformance.py \
+  tests/backends/test_hip_gpu.py tests/test_validation.py -q -p no:cacheprovider 2>&1 \
   | tail -25 | tee "$OUT/gpu_tests.txt"
 if [ -f benchmarks/adversarial_cuda.py ]; then
   PYTHONPATH=/tmp/site:$PWD python3 benchmarks/adversarial_cuda.py 2>&1 | tail -40
 fi
+[ "$seconds" = 0 ] && exit 0
 for label in before after; do
   root=$PWD; [ "$label" = before ] && root=$PWD/.before
   (cd "$root" && PYTHONPATH=/tmp/site:$root python3 benchmarks/cuda_matmul.py \

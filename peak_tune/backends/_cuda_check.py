@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,6 +209,9 @@ __device__ __forceinline__ void add(unsigned long long local, unsigned long long
 DIFFER(differ16, unsigned short)
 DIFFER(differ32, unsigned int)
 DIFFER(differ64, unsigned long long)
+extern "C" __global__ void unlike32(const unsigned int *a, unsigned int fill, long long n,
+                                    unsigned long long *count) {
+    unsigned long long local = 0; STRIDE local += a[i] != fill; add(local, count); }
 #define OFF(NAME, T, READ) extern "C" __global__ void NAME(const T *out, \
         const double *expected, const double *bound, long long n, \
         unsigned long long *count) { \
@@ -240,10 +244,13 @@ def _count(name: str, arrays: tuple[Any, ...], count: Any) -> None:
     kernel((blocks,), (_THREADS,), (*arrays, np.int64(n), count))
 
 
-def failure_count(reference: Reference, storage: dict[str, Any]) -> Any:
+def failure_count(reference: Reference, storage: dict[str, Any], slack: Sequence[Any] = (),
+                  slack_fill: int = 0) -> Any:
     """Bytes and elements that fail the checks of validation.check_outputs, counted on the
     device (a uint64 array of one element, not waited for): guards changed, inputs
-    changed, outputs off or NaN."""
+    changed, outputs off or NaN; and the bytes of `slack` (uint8 arrays of a size in
+    whole words) that no longer hold `slack_fill`. A storage may be shorter than the
+    pristine's (a fenced one, whose back guard is cut short): its own bytes are compared."""
     import cupy
 
     count = cupy.zeros(1, cupy.uint64)
@@ -251,16 +258,19 @@ def failure_count(reference: Reference, storage: dict[str, Any]) -> Any:
         data = storage[arg.name]
         bits = 8 * data.itemsize
         raw = data.view(f"uint{bits}")
-        pristine = reference.pristine[arg.name].view(f"uint{bits}")
+        pristine = reference.pristine[arg.name].view(f"uint{bits}")[:raw.size]
         differ = f"differ{bits}"
         if arg.intent == "in":  # guards and contents alike
             _count(differ, (raw, pristine), count)
             continue
         guard = guard_elements(data.itemsize)
-        _count(differ, (raw[:guard], pristine[:guard]), count)
-        _count(differ, (raw[-guard:], pristine[-guard:]), count)
         elements = int(np.prod(reference.shapes[arg.name], dtype=np.int64))
+        _count(differ, (raw[:guard], pristine[:guard]), count)
+        _count(differ, (raw[guard + elements:], pristine[guard + elements:]), count)
         off = "offbf16" if reference.dtype == "bfloat16" else f"off{bits}"
         _count(off, (data[guard:guard + elements], reference.expected[arg.name],
                      reference.bounds[arg.name]), count)
+    word = np.uint32(slack_fill * 0x01010101)
+    for part in slack:
+        _count("unlike32", (part.view(cupy.uint32), word), count)
     return count[0].astype(cupy.int64)

@@ -2,7 +2,9 @@
 
 Validation: each buffer, with its guard regions (validation.GuardedBuffer's sentinel
 bytes), is one device allocation and the kernel gets a pointer past the front guard;
-outputs arrive poisoned with random values. The inputs of a seed are made once by
+outputs arrive poisoned with random values. The allocation ends at unmapped memory
+(_cuda_fence): its back guard is cut to the few bytes that keep it aligned, so an access
+past a buffer's end faults however far it reaches and whatever it writes. The inputs of a seed are made once by
 validation.make_problem and kept on the device with their float64 reference
 (peak_tune.backends._cuda_check); each check copies them device to device into fresh
 allocations, and after the run the device compares guards, inputs and outputs; only a
@@ -37,6 +39,7 @@ from peak_tune.backends._cuda_check import (
     failure_count,
     upload,
 )
+from peak_tune.backends._cuda_fence import SLACK_BYTE, Block, FencedBlocks
 from peak_tune.backends._cuda_launch import TensorMapBox
 from peak_tune.backends._cuda_tma import TENSOR_MAP_BYTES, encode, layout_for
 from peak_tune.backends.wire import Timing
@@ -78,6 +81,7 @@ class _State:
     shared_limit: int = 0  # bytes of shared memory a block may opt in to
     seed_base: int = 0  # secret: every seed of this process is base + an offset
     round: int = 0  # runs so far: picks the poison byte
+    fenced: FencedBlocks | None = None  # None: plain allocations (no VMM in this driver)
 
 
 state = _State()
@@ -108,6 +112,8 @@ def cupy_module() -> Any:
         state.shared_limit = int(props.get("sharedMemPerBlockOptin")
                                  or props["sharedMemPerBlock"])
         state.seed_base = secret_seed()
+        fenced = FencedBlocks(cupy.cuda.runtime.getDevice())
+        state.fenced = fenced if fenced.available else None
         state.cp = cupy
     return state.cp
 
@@ -136,16 +142,36 @@ class DeviceProblem:
         cp = cupy_module()
         self.reference = reference
         self.size = reference.size
-        self.storage: dict[str, Any] = {}
+        self.storage: dict[str, Any] = {}  # guarded storage, a prefix of the pristine's
         self.inner: dict[str, Any] = {}
+        self.blocks: list[Block] = []
         with state.stream:
             for arg in reference.buffers:
                 pristine = reference.pristine[arg.name]
-                self.storage[arg.name] = cp.empty_like(pristine)
-                copy_on_device(self.storage[arg.name], pristine)
                 count = int(np.prod(reference.shapes[arg.name], dtype=np.int64))
                 guard = guard_elements(pristine.itemsize)
+                self.storage[arg.name] = self._allocate(pristine, (guard + count)
+                                                        * pristine.itemsize)
+                copy_on_device(self.storage[arg.name], pristine)
                 self.inner[arg.name] = self.storage[arg.name][guard:guard + count]
+
+    def _allocate(self, pristine: Any, nbytes: int) -> Any:
+        """Storage for the front guard and the buffer (`nbytes`): fenced where the driver
+        can, its size rounded up within the pristine's back guard; else all of it."""
+        cp = cupy_module()
+        if state.fenced is None:
+            return cp.empty_like(pristine)
+        block = state.fenced.take(nbytes)
+        self.blocks.append(block)
+        if block.slack.nbytes:  # a kernel may have written there in an earlier run
+            cp.cuda.runtime.memsetAsync(block.slack.data.ptr, SLACK_BYTE,
+                                        block.slack.nbytes, state.stream.ptr)
+        return block.storage.view(pristine.dtype)
+
+    def __del__(self) -> None:
+        if state.fenced is not None:
+            for block in self.blocks:
+                state.fenced.give_back(block)
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.reference.shapes[name]
@@ -197,7 +223,8 @@ class DeviceProblem:
 
     def failures(self) -> Any:
         """How many bytes and elements of this run fail (a device scalar, not waited for)."""
-        return failure_count(self.reference, self.storage)
+        return failure_count(self.reference, self.storage,
+                             [block.slack for block in self.blocks], SLACK_BYTE)
 
     def check(self, others: Sequence[DeviceProblem] = ()) -> None:
         """Raise WrongResult (OutOfBounds for stray writes) unless this run (and each of
@@ -220,6 +247,10 @@ class DeviceProblem:
     def fail(self) -> None:
         """This run failed on the device: name the failure on the host."""
         ref = self.reference
+        for name, block in zip(self.storage, self.blocks, strict=False):
+            if bool((block.slack != SLACK_BYTE).any()):
+                raise OutOfBounds(f"wrote out of bounds: memory before {name}'s front guard "
+                                  f"changed at {ref.label}")
         self.check_on_host(make_problem(ref.spec, ref.size, ref.dtype, ref.seed))
         raise RuntimeError(f"validation at {ref.label}: the device found a difference "
                            "that the host check does not see")
@@ -228,15 +259,16 @@ class DeviceProblem:
         """Download every allocation, guards included, into `problem` (made from the same
         seed) and check it there with validation.check_outputs."""
         for buffer in problem.buffers:
-            self.storage[buffer.arg.name].get(stream=state.stream,
-                                              out=device_view(buffer.storage))
+            stored = self.storage[buffer.arg.name]
+            stored.get(stream=state.stream, out=device_view(buffer.storage)[:stored.size])
         state.stream.synchronize()
         check_outputs(problem, compute_expected(problem))
 
 
 def copy_on_device(target: Any, source: Any) -> None:
-    """Copy a contiguous device array into another of the same size, on our stream."""
-    target.data.copy_from_device_async(source.data, source.nbytes, stream=state.stream)
+    """Copy a contiguous device array into another of its size or shorter (the source's
+    first bytes), on our stream."""
+    target.data.copy_from_device_async(source.data, target.nbytes, stream=state.stream)
 
 
 Binder = Callable[[DeviceProblem], Call]
