@@ -4,11 +4,12 @@ Validation: each buffer, with its guard regions (validation.GuardedBuffer's sent
 bytes), is one device allocation and the kernel gets a pointer past the front guard;
 outputs arrive poisoned with random values. The allocation ends at unmapped memory
 (_cuda_fence): its back guard is cut to the few bytes that keep it aligned, so an access
-past a buffer's end faults however far it reaches and whatever it writes. The inputs of a seed are made once by
-validation.make_problem and kept on the device with their float64 reference
-(peak_tune.backends._cuda_check); each check copies them device to device into fresh
-allocations, and after the run the device compares guards, inputs and outputs; only a
-failing run comes back to the host, where validation.check_outputs names the failure.
+past a buffer's end faults however far it reaches and whatever it writes. The inputs
+of a seed are made once by validation.make_problem and kept on the device with their
+float64 reference (peak_tune.backends._cuda_check); each check copies them device to
+device into fresh allocations, and after the run the device compares guards, inputs and
+outputs; only a failing run comes back to the host, where validation.check_outputs names
+the failure.
 
 Seeds are secret: the worker draws a random base at start (`state.seed_base`), and the
 parent's seed only picks an offset from it, so no kernel can carry answers for them.
@@ -139,7 +140,7 @@ class DeviceProblem:
     """A Reference's buffers copied (device to device) into fresh guarded allocations."""
 
     def __init__(self, reference: Reference) -> None:
-        cp = cupy_module()
+        cupy_module()
         self.reference = reference
         self.size = reference.size
         self.storage: dict[str, Any] = {}  # guarded storage, a prefix of the pristine's

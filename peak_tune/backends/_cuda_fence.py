@@ -85,7 +85,7 @@ class FencedBlocks:
         self.free: dict[int, list[Block]] = defaultdict(list)
         self.kept_bytes = 0
         self._cuda: Any = None
-        self._prop: _AllocationProp | None = None
+        self._prop = _AllocationProp()
         self._granularity = 0
         self.available = self._load()
 
@@ -98,14 +98,14 @@ class FencedBlocks:
         except (OSError, AttributeError) as exc:
             _log.info("no fenced buffers (CUDA virtual memory management): %s", exc)
             return False
-        prop = _AllocationProp()
+        prop = self._prop
         prop.type = _PINNED
         prop.location = _Location(_ON_DEVICE, self.device)
         granularity = ctypes.c_size_t()
         if cuda.cuMemGetAllocationGranularity(ctypes.byref(granularity), ctypes.byref(prop),
                                               0):
             return False
-        self._cuda, self._prop, self._granularity = cuda, prop, granularity.value
+        self._cuda, self._granularity = cuda, granularity.value
         return True
 
     @staticmethod
