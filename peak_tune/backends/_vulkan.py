@@ -14,6 +14,7 @@ for as long as the pipeline lives), or creation fails at random with VkErrorUnkn
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,6 +138,9 @@ class VulkanDevice:
             sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=chain[0][1])
         vk.vkGetPhysicalDeviceFeatures2(self.physical, supported)
         self.robust = bool(supported.features.robustBufferAccess)
+        # PEAK_TUNE_VULKAN_UNBOUNDED=1 (benchmarks/hlsl_variants.py) measures what robust
+        # access costs: the device is made without it, and stray writes are not contained
+        robust_on = self.robust and os.environ.get("PEAK_TUNE_VULKAN_UNBOUNDED") != "1"
         on = {(kind, name): bool(getattr(values, name))
               for kind, values, fields in chain for name in fields}
         self.storage16 = on[("storage16", "storageBuffer16BitAccess")]
@@ -145,7 +149,7 @@ class VulkanDevice:
         features = vk.VkPhysicalDeviceFeatures2(
             sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=wanted[0][1],
             features=vk.VkPhysicalDeviceFeatures(
-                robustBufferAccess=vk.VK_TRUE if self.robust else vk.VK_FALSE))
+                robustBufferAccess=vk.VK_TRUE if robust_on else vk.VK_FALSE))
         enabled = [_COOPERATIVE_MATRIX] if self.cooperative_matrix else []
         info = vk.VkDeviceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                                      pNext=features, queueCreateInfoCount=1,
