@@ -57,34 +57,45 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120, help="time box per search")
     parser.add_argument("--paper-trials", type=int, default=60)
     parser.add_argument("--no-paper", action="store_true", help="the search rows alone")
+    parser.add_argument("--no-search", action="store_true", help="the fixed rows alone")
+    parser.add_argument("--sequence", default="",
+                        help="a fixed sequence ID,ID,... as a row of its own (only its "
+                             "parameters tuned, --paper-trials of them)")
     parser.add_argument("--results", default="results-hlsl")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "hlsl_matmul.json"))
     args = parser.parse_args()
     command = ("python benchmarks/hlsl_matmul.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-        if k not in ("out", "no_paper")) + (" --no-paper" if args.no_paper else ""))
+        if k not in ("out", "no_paper", "no_search", "sequence"))
+        + (" --no-paper" if args.no_paper else "") + (" --no-search" if args.no_search else "")
+        + (f" --sequence {args.sequence}" if args.sequence else ""))
     record: dict[str, Any] = {"benchmark": "hlsl_matmul", "date": time.strftime("%Y-%m-%d"),
                               "device": _driver(), "commit": _commit(), "command": command,
                               "rows": []}
     for config in args.configs.split(","):
         dtype, n = config.split(":")
-        search = study_row(dtype, int(n), args.trials, Path(args.results), args.seconds,
-                           backend="hlsl", device=args.device, confirm=True)
-        row = {"dtype": dtype, "n": int(n), "search": _brief(search)}
-        if not args.no_paper:
-            row["paper"] = _brief(study_row(
-                dtype, int(n), args.paper_trials, Path(args.results), args.seconds / 2,
-                PAPER_HLSL, backend="hlsl", device=args.device, confirm=True))
+        row: dict[str, Any] = {"dtype": dtype, "n": int(n)}
+        if not args.no_search:
+            row["search"] = _brief(study_row(dtype, int(n), args.trials, Path(args.results),
+                                             args.seconds, backend="hlsl", device=args.device,
+                                             confirm=True))
+        fixed = {"paper": () if args.no_paper else PAPER_HLSL,
+                 "sequence": tuple(filter(None, args.sequence.split(",")))}
+        for name, sequence in fixed.items():
+            if sequence:
+                row[name] = _brief(study_row(
+                    dtype, int(n), args.paper_trials, Path(args.results), args.seconds / 2,
+                    sequence, backend="hlsl", device=args.device, confirm=True))
         record["rows"].append(row)
         Path(args.out).write_text(json.dumps(record, indent=1))
-        s, p = row["search"], row.get("paper")
-        paper = (f"paper {p['ratio'] or 0:.3f}x ({(p['peak_ratio'] or 0) * 100:.1f}% of peak)"
-                 if p else "no paper row")
-        print(f"{dtype:<8} {n:>5} search {s['ratio'] or 0:.3f}x {s['vendor']} "
-              f"({(s['peak_ratio'] or 0) * 100:.1f}% of peak, {s['best_gflops']:.0f} GFLOP/s, "
-              f"{s['trials']['total']} trials) | {paper} | "
-              f"{' > '.join(s['sequence'])} {s['params']}", flush=True)
+        for name in ("search", "paper", "sequence"):
+            if name in row:
+                s = row[name]
+                print(f"{dtype:<8} {n:>5} {name} {s['ratio'] or 0:.3f}x {s['vendor']} "
+                      f"({(s['peak_ratio'] or 0) * 100:.1f}% of peak, "
+                      f"{s['best_gflops']:.0f} GFLOP/s, {s['trials']['total']} trials) | "
+                      f"{' > '.join(s['sequence'])} {s['params']}", flush=True)
     print(f"wrote {args.out}")
 
 
