@@ -42,8 +42,7 @@ CUDA_WINNER = ("refactor", "thread-tiling", "tb-tiling", "vector-loads", "transp
                "thread-chunk", "register-staging", "double-buffer", "interior-tiles", "offset")
 # (label, sequence, values): the paper's sequence, the HLSL search's best so far, and the
 # CUDA searches' fp32 winners on the H200 (launch-bounds left out: HLSL has none)
-Variant = tuple[str, tuple[str, ...], dict[str, int]]
-VARIANTS: tuple[Variant, ...] = (
+VARIANTS: tuple[tuple[str, tuple[str, ...], dict[str, int]], ...] = (
     ("paper 128x128 k32", PAPER,
      {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 32, "TRD_Y_DIM": 8, "TRD_X_DIM": 8}),
     ("hlsl best 128x128 k32 ch4", ("refactor", "thread-tiling", "thread-chunk", "tb-tiling"),
@@ -62,28 +61,6 @@ VARIANTS: tuple[Variant, ...] = (
      {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 8, "TRD_Y_DIM": 8, "TRD_X_DIM": 8,
       "THREAD_CHUNK": 2, "OFFSET_AMOUNT": 4}),
 )
-VECTOR_FRAGMENTS = (*CUDA_WINNER, "thread-cache", "vector-fragments")
-# the same winners with HLSL's own vector-fragments step (groupshared reads as vectors)
-VARIANTS += tuple(
-    (f"+ vector-fragments {label}", VECTOR_FRAGMENTS, values) for label, values in (
-        ("64x128 k16 ch4", {"BLOCK_M": 64, "BLOCK_N": 128, "TILE_K_SIZE": 16, "TRD_Y_DIM": 8,
-                            "TRD_X_DIM": 8, "THREAD_CHUNK": 4, "OFFSET_AMOUNT": 4}),
-        ("128x128 k8 ch4", {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 8, "TRD_Y_DIM": 8,
-                            "TRD_X_DIM": 8, "THREAD_CHUNK": 4, "OFFSET_AMOUNT": 4}),
-        ("128x128 k16 ch4", {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 16,
-                             "TRD_Y_DIM": 8, "TRD_X_DIM": 8, "THREAD_CHUNK": 4,
-                             "OFFSET_AMOUNT": 4}),
-        ("128x128 k16 ch8", {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 16,
-                             "TRD_Y_DIM": 8, "TRD_X_DIM": 8, "THREAD_CHUNK": 8,
-                             "OFFSET_AMOUNT": 4}),
-        ("64x128 k8 ch4", {"BLOCK_M": 64, "BLOCK_N": 128, "TILE_K_SIZE": 8, "TRD_Y_DIM": 8,
-                            "TRD_X_DIM": 8, "THREAD_CHUNK": 4, "OFFSET_AMOUNT": 4}),
-        ("128x64 k16 ch4", {"BLOCK_M": 128, "BLOCK_N": 64, "TILE_K_SIZE": 16, "TRD_Y_DIM": 8,
-                            "TRD_X_DIM": 8, "THREAD_CHUNK": 4, "OFFSET_AMOUNT": 4}),
-        ("128x128 k8 ch8", {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 8,
-                                      "TRD_Y_DIM": 8, "TRD_X_DIM": 8, "THREAD_CHUNK": 8,
-                                      "OFFSET_AMOUNT": 4}),
-    ))
 
 
 def through_vulkan(gpu: DeviceProfile, compiler: str) -> DeviceProfile:
@@ -147,10 +124,7 @@ def main() -> int:
                     result["rows"].append({"variant": label, "backend": f"hlsl-{compiler}",
                                            **row})
                     _show(label, f"hlsl-{compiler}", row, vendor.gflops)
-        # CUDA has no vector-fragments step (its compiler merges the reads itself)
         for label, sequence, values in ([] if args.no_cuda else VARIANTS):
-            if "vector-fragments" in sequence:
-                continue
             row = measure(cuda, built("cuda", sequence, gpu), values, size, build)
             result["rows"].append({"variant": label, "backend": "cuda", **row})
             _show(label, "cuda", row, vendor.gflops)

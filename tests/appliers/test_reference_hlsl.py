@@ -134,44 +134,6 @@ def test_each_step_changes_the_shader_as_its_text_says(catalog, lavapipe):
         assert "#pragma" not in context.source and "__" not in context.source  # no CUDA
 
 
-VECTOR_FRAGMENTS = ["refactor", "tb-tiling", "thread-tiling", "thread-cache", "transpose",
-                    "thread-chunk", "vector-fragments"]
-
-
-def test_vector_fragments_read_the_tiles_a_vector_at_a_time(catalog, lavapipe):
-    cached = applied(catalog, lavapipe, VECTOR_FRAGMENTS[:-1])
-    vectors = applied(catalog, lavapipe, VECTOR_FRAGMENTS)
-    assert "groupshared PT_DTYPE4 pt_smem4[PT_SMEM_ELEMS / 4];" in vectors.source
-    assert "#define PT_AS(s, m, k) PT_SM((s) + (k) * PT_LDA + (m))" in vectors.source
-    assert "const PT_DTYPE4 v = pt_smem4[(bs + kk * PT_LDB + PT_COL(j)) >> 2];" \
-        in vectors.source
-    # A is read as vectors only from its transposed tile
-    assert "#define PT_A_VEC4 (PT_CH % 4 == 0 && PT_LDA % 4 == 0)" in vectors.source
-    untransposed = [s for s in VECTOR_FRAGMENTS if s != "transpose"]
-    assert "#define PT_A_VEC4 0" in applied(catalog, lavapipe, untransposed).source
-    assert "pt_smem4" not in cached.source and vectors.params == cached.params
-    with pytest.raises(InvalidPoint, match="thread-cache"):
-        applied(catalog, lavapipe, ["refactor", "tb-tiling", "thread-tiling",
-                                    "vector-fragments"])
-
-
-@needs_compiler
-@needs_vulkan
-@pytest.mark.hlsl
-@pytest.mark.parametrize("chunk", [2, 4])  # runs of 2: element reads; of 4: vectors
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_vector_fragments_validate_on_the_vulkan_device(catalog, lavapipe, tmp_path, chunk,
-                                                        dtype):
-    context = applied(catalog, lavapipe, VECTOR_FRAGMENTS)
-    params = {**params_of(context), "THREAD_CHUNK": chunk}
-    with HlslBackend(lavapipe) as backend:
-        backend.probe()
-        artifact = backend.compile(context, params, dtype, str(tmp_path))
-        request = EvalRequest(spec=catalog.spec("matmul"), context=context, params=params,
-                              dtype=dtype, size=SIZE, check_sizes=CHECKS, config=CONFIG)
-        assert backend.evaluate(artifact, request).gflops > 0
-
-
 def test_different_orders_give_different_states_but_one_shader_per_plan(catalog, lavapipe):
     one = applied(catalog, lavapipe, ["refactor", "tb-tiling", "offset", "transpose"])
     other = applied(catalog, lavapipe, ["refactor", "tb-tiling", "transpose", "offset"])

@@ -79,9 +79,6 @@ class Plan:
     # cooperative-matrix: subgroups compute 16 x 16 tiles with Vulkan's cooperative
     # matrices (HLSL printed as Slang, which compiles them)
     coopmat: bool = False
-    # vector-fragments: groupshared tiles as DTYPE4 vectors, thread fragments read a vector
-    # at a time (HLSL only: Vulkan's compilers do not merge the element reads)
-    vec_frag: bool = False
 
 
     def but(self, **changes: bool) -> Plan:
@@ -96,7 +93,7 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
-          "hlsl", "coopmat", "vec_frag")
+          "hlsl", "coopmat")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
                "tma")
@@ -107,10 +104,9 @@ AMD_ONLY = ("mfma",)
 # compute does not give.
 HLSL_PARTS = ("tiled", "shared", "thread_tile", "thread_cache", "strided", "transpose_a",
               "padded", "vector_a", "vector_b", "staging", "double_buffer", "swizzle",
-              "interior", "warp_tile", "hlsl", "coopmat", "vec_frag")
-# Parts only an HLSL shader has (Vulkan's cooperative matrices, vector fragments): not in
-# CUDA or HIP.
-HLSL_ONLY = ("coopmat", "vec_frag")
+              "interior", "warp_tile", "hlsl", "coopmat")
+# Parts only an HLSL shader has (Vulkan's cooperative matrices): not in CUDA or HIP.
+HLSL_ONLY = ("coopmat",)
 
 
 def dump_plan(plan: Plan) -> str:
@@ -159,8 +155,6 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("tma", "wgmma"),
     ("mfma", "shared"),
     ("coopmat", "shared"),
-    ("vec_frag", "shared"),
-    ("vec_frag", "thread_cache"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),

@@ -332,19 +332,6 @@ def cooperative_matrix(plan: Plan, device: DeviceProfile) -> Change:
     return Change(child, ties)
 
 
-def vector_fragments(plan: Plan, device: DeviceProfile) -> Change:
-    """The groupshared tiles as DTYPE4 vectors, the thread fragments read a vector at a
-    time where their runs allow (HLSL only)."""
-    _shared(plan, "vector-fragments")
-    _once(plan.vec_frag, "vector-fragments: fragments are already read as vectors")
-    if not plan.hlsl:
-        raise InvalidPoint("vector-fragments is for HLSL shaders (CUDA's compiler merges "
-                           "the element reads itself)")
-    if not plan.thread_cache:
-        raise InvalidPoint("vector-fragments needs the register fragments of thread-cache")
-    return Change(plan.but(vec_frag=True))
-
-
 def _mfma_accumulators(device: DeviceProfile) -> str:
     # MFMA_TILE^2 / 64 fp32 accumulators per lane per tile (16 or 4), held for the whole
     # K loop: more than the AGPRs (on gfx90a and gfx942 at most half the unified
@@ -393,5 +380,4 @@ RULES: Mapping[str, Rule] = {
     "tma": tma,
     "mfma": mfma,
     "cooperative-matrix": cooperative_matrix,
-    "vector-fragments": vector_fragments,
 }

@@ -5,10 +5,8 @@ The steps an HLSL shader has are the SIMT ones (plan.HLSL_PARTS): refactor, tb-t
 through groupshared memory, thread-tiling (the PEAK paper's HLSL sequence), and
 thread-cache, thread-chunk, warp-tiling (waves of the device's subgroup size), transpose,
 offset, vector-loads, register-staging,
-double-buffer, interior-tiles and block-swizzle; and two of its own: cooperative-matrix
-(Vulkan's tensor-core tiles, printed as Slang: emit.py) and vector-fragments (the
-groupshared tiles as vectors, read a vector at a time: Vulkan's compilers do not merge
-neighbouring groupshared reads as CUDA's does).
+double-buffer, interior-tiles and block-swizzle; and one of its own, cooperative-matrix
+(Vulkan's tensor-core tiles, printed as Slang: emit.py).
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ __all__ = ["HLSL_STEPS", "HlslMatmul", "emit_shader"]
 
 HLSL_STEPS = ("refactor", "tb-tiling", "thread-tiling", "thread-cache", "thread-chunk",
               "warp-tiling", "transpose", "offset", "vector-loads", "register-staging",
-              "double-buffer", "interior-tiles", "block-swizzle", "cooperative-matrix",
-              "vector-fragments")
+              "double-buffer", "interior-tiles", "block-swizzle", "cooperative-matrix")
 
 
 class HlslMatmul(CudaMatmul):

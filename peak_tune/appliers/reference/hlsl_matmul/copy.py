@@ -45,13 +45,10 @@ def put_call(op: Operand, target: str, registers: str, vec: str) -> str:
 
 
 def emit_copy_helpers(writer: HlslWriter, plan: Plan) -> None:
-    # vector-fragments: the tiles are DTYPE4 vectors, element i is PT_SM(i)
-    element = "PT_SM({})" if plan.vec_frag else "pt_smem[{}]"
-    layout_a = "(s) + (k) * PT_LDA + (m)" if plan.transpose_a else "(s) + (m) * PT_LDA + (k)"
-    if plan.vec_frag:
-        writer.line("#define PT_SM(i) pt_smem4[(i) >> 2][(i) & 3] /* element i of the tiles */")
-    writer.lines(f"#define PT_AS(s, m, k) {element.format(layout_a)}",
-                 f"#define PT_BS(s, k, n) {element.format('(s) + (k) * PT_LDB + (n)')}",
+    layout_a = "pt_smem[(s) + (k) * PT_LDA + (m)]" if plan.transpose_a else \
+        "pt_smem[(s) + (m) * PT_LDA + (k)]"
+    writer.lines(f"#define PT_AS(s, m, k) {layout_a}",
+                 "#define PT_BS(s, k, n) pt_smem[(s) + (k) * PT_LDB + (n)]",
                  "#define PT_ZERO ((DTYPE)0.0f) /* glslang converts no int to half */")
     vector = plan.vector_a or plan.vector_b
     if vector:
@@ -61,12 +58,7 @@ def emit_copy_helpers(writer: HlslWriter, plan: Plan) -> None:
                    "#endif")
         if plan.staging:
             writer.line("#define PT_MAX(a, b) ((a) > (b) ? (a) : (b))")
-    if plan.vec_frag:  # PT_SMEM_ELEMS is a multiple of 8 (PT_ROUND8 tiles)
-        writer.lines("", "groupshared PT_DTYPE4 pt_smem4[PT_SMEM_ELEMS / 4]; // every tile, "
-                     "every buffer, as vectors", "")
-    else:
-        writer.lines("", "groupshared DTYPE pt_smem[PT_SMEM_ELEMS]; // every tile, every buffer",
-                     "")
+    writer.lines("", "groupshared DTYPE pt_smem[PT_SMEM_ELEMS]; // every tile, every buffer", "")
     for op in operands(plan):
         _loads(writer, op)
         if plan.staging:

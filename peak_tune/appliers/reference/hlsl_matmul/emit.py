@@ -79,8 +79,6 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
         writer.lines(f"#ifndef {macro}", f'#error "{macro} must be defined (-D{macro}=...)"',
                      "#endif")
     writer.lines(*derived_macros(plan), *position_macros(plan))
-    if plan.vec_frag:
-        writer.lines(*_vector_fragment_macros(plan))
     if plan.coopmat:
         writer.raw("#if BLOCK_M % (16 * WAVES_M) != 0 || BLOCK_N % (16 * WAVES_N) != 0 || "
                    "PT_TK % 16 != 0\n"
@@ -111,10 +109,6 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
             writer.line("[[vk::binding(0)]] StructuredBuffer<PT_DTYPE4> A4;")
         if plan.vector_b:
             writer.line("[[vk::binding(1)]] StructuredBuffer<PT_DTYPE4> B4;")
-    elif plan.vec_frag:
-        writer.lines("// vector-fragments: the 4-element vector of DTYPE",
-                     "#define PT_PASTE(a, b) a##b", "#define PT_GLUE(a, b) PT_PASTE(a, b)",
-                     "#define PT_DTYPE4 PT_GLUE(DTYPE, 4) /* float4 or half4 */")
     writer.line("")
     if plan.coopmat:
         _coopmat_types(writer)
@@ -284,46 +278,8 @@ def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
 def _compute_tile(writer: HlslWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
     if plan.coopmat:
         _coopmat_tile(writer, a_tile, b_tile)
-    elif plan.vec_frag:
-        _vector_fragment_tile(writer, plan, a_tile, b_tile)
     else:
         emit_compute_tile(writer, plan, a_tile, b_tile)
-
-
-def _vector_fragment_macros(plan: Plan) -> list[str]:
-    """Whether a thread's fragment of A (B) lies in aligned runs of four: its run length
-    and the tile's row stride both multiples of 4 (the tile offsets are multiples of 8)."""
-    a_run = "PT_CH" if plan.strided else "PT_TRD_Y"
-    b_run = "PT_CH" if plan.strided else "PT_TRD_X"
-    a_vec = f"({a_run} % 4 == 0 && PT_LDA % 4 == 0)" if plan.transpose_a else "0"
-    return [f"#define PT_A_VEC4 {a_vec} /* vector-fragments: A read 4 rows at a time */",
-            f"#define PT_B_VEC4 ({b_run} % 4 == 0 && PT_LDB % 4 == 0) /* B: 4 columns */"]
-
-
-def _vector_fragment_tile(writer: HlslWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
-    """thread-cache's loops, each fragment read as PT_DTYPE4 vectors where its runs allow
-    (the macros say so at compile time) and element by element otherwise."""
-    writer.line("[unroll]")
-    with writer.block("for (int kk = 0; kk < PT_TK; ++kk)"):
-        writer.line("ACC a[PT_TRD_Y], b[PT_TRD_X]; // thread-cache: fragments in registers")
-        for name, count, run, index, element in (
-                ("a", "PT_TRD_Y", "PT_A_VEC4", f"{a_tile} + kk * PT_LDA + PT_ROW(i)",
-                 f"PT_AS({a_tile}, PT_ROW(i), kk)"),
-                ("b", "PT_TRD_X", "PT_B_VEC4", f"{b_tile} + kk * PT_LDB + PT_COL(j)",
-                 f"PT_BS({b_tile}, kk, PT_COL(j))")):
-            loop = "i" if name == "a" else "j"
-            writer.raw(f"#if {run}")
-            writer.line("[unroll]")
-            with writer.block(f"for (int {loop} = 0; {loop} < {count}; {loop} += 4)"):
-                writer.line(f"const PT_DTYPE4 v = pt_smem4[({index}) >> 2];")
-                writer.line(" ".join(f"{name}[{loop}{f' + {q}' if q else ''}] = (ACC)v.{c};"
-                                     for q, c in enumerate("xyzw")))
-            writer.raw("#else")
-            with writer.unrolled(loop, count):
-                writer.line(f"{name}[{loop}] = (ACC){element};")
-            writer.raw("#endif")
-        with writer.unrolled("i", "PT_TRD_Y"), writer.unrolled("j", "PT_TRD_X"):
-            writer.line("acc[i][j] += a[i] * b[j];")
 
 
 def _loop_double_buffered(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
