@@ -80,6 +80,20 @@ def built(backend: str, sequence: tuple[str, ...], gpu: DeviceProfile) -> Kernel
     return context
 
 
+def compiler_statistics(spirv_path: str) -> dict[str, float]:
+    """The Vulkan driver compiler's statistics of the shader (registers, local memory, ...:
+    VK_KHR_pipeline_executable_properties), from a pipeline made in this process."""
+    from peak_tune.backends._vulkan import VulkanDevice
+
+    with VulkanDevice(0, statistics=True) as device:
+        buffers = [device.buffer(64) for _ in range(3)]
+        pipeline = device.pipeline(Path(spirv_path).read_bytes(), buffers, 12)
+        try:
+            return device.statistics(pipeline)
+        finally:
+            device.destroy(pipeline)
+
+
 def measure(backend: Any, context: KernelContext, values: dict[str, int], size: ProblemSize,
             build: str) -> dict[str, Any]:
     spec = load_spec(ROOT / "seeds" / "matmul")
@@ -92,9 +106,15 @@ def measure(backend: Any, context: KernelContext, values: dict[str, int], size: 
                                                      EvalConfig(timeout_s=300.0)))
     except Exception as exc:  # one variant's failure is a row
         return {"error": str(exc).splitlines()[0][:500]}
-    return {"gflops": got.gflops, "samples_ms": list(got.samples_ms),
-            "resources": dict(artifact.resources),
-            "seconds": round(time.perf_counter() - started, 2)}
+    row = {"gflops": got.gflops, "samples_ms": list(got.samples_ms),
+           "resources": dict(artifact.resources),
+           "seconds": round(time.perf_counter() - started, 2)}
+    if artifact.path.endswith(".spv"):
+        try:
+            row["compiler_statistics"] = compiler_statistics(artifact.path)
+        except Exception as exc:  # the statistics are a diagnosis: their lack is a note
+            row["compiler_statistics"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return row
 
 
 def main() -> int:
@@ -135,6 +155,11 @@ def main() -> int:
 def _show(label: str, backend: str, row: dict[str, Any], vendor: float) -> None:
     shown = (f"{row['gflops']:8.0f} GFLOP/s {row['gflops'] / vendor:.3f}x cuBLAS"
              if "gflops" in row else f"failed: {row['error'][:120]}")
+    registers = {k: v for k, v in row.get("compiler_statistics", {}).items()
+                 if any(w in str(k).lower() for w in ("register", "local", "spill", "error"))}
+    registers.update({k: row["resources"][k] for k in ("registers", "local_bytes")
+                      if k in row.get("resources", {})})
+    shown += f"  {registers}" if registers else ""
     print(f"{label:36s} {backend:13s} {shown}", flush=True)
 
 

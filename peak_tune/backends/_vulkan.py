@@ -24,6 +24,7 @@ __all__ = ["Buffer", "ComputePipeline", "VulkanDevice", "VulkanUnavailable", "de
 
 _API_VERSION = (1, 2, 0)  # SPIR-V 1.5 (Slang's modules), the Vulkan memory model
 _COOPERATIVE_MATRIX = "VK_KHR_cooperative_matrix"
+_EXECUTABLE_PROPERTIES = "VK_KHR_pipeline_executable_properties"  # the compiler's statistics
 _ENTRY = "main"
 
 
@@ -98,8 +99,12 @@ class ComputePipeline:
 class VulkanDevice:
     """Device `index` of the loader's list, with one compute queue (see the module)."""
 
-    def __init__(self, index: int = 0) -> None:
+    def __init__(self, index: int = 0, statistics: bool = False) -> None:
+        """`statistics`: pipelines keep the driver compiler's statistics (registers, local
+        memory, ...) where the device offers VK_KHR_pipeline_executable_properties; see
+        `statistics()`."""
         vk = self._vk = _vk()
+        self._want_statistics = statistics
         self.instance = _instance()
         physicals = vk.vkEnumeratePhysicalDevices(self.instance)
         if index >= len(physicals):
@@ -145,12 +150,15 @@ class VulkanDevice:
               for kind, values, fields in chain for name in fields}
         self.storage16 = on[("storage16", "storageBuffer16BitAccess")]
         self.cooperative_matrix = on.get(("cooperative", "cooperativeMatrix"), False)
+        self.statistics_on = on.get(("executable", "pipelineExecutableInfo"), False)
         wanted = self._optional_features(extensions, on)
         features = vk.VkPhysicalDeviceFeatures2(
             sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=wanted[0][1],
             features=vk.VkPhysicalDeviceFeatures(
                 robustBufferAccess=vk.VK_TRUE if robust_on else vk.VK_FALSE))
-        enabled = [_COOPERATIVE_MATRIX] if self.cooperative_matrix else []
+        enabled = [name for name, used in ((_COOPERATIVE_MATRIX, self.cooperative_matrix),
+                                           (_EXECUTABLE_PROPERTIES, self.statistics_on))
+                   if used]
         info = vk.VkDeviceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                                      pNext=features, queueCreateInfoCount=1,
                                      pQueueCreateInfos=[queue],
@@ -198,6 +206,11 @@ class VulkanDevice:
             kinds.append(("cooperative", "VkPhysicalDeviceCooperativeMatrixFeaturesKHR",
                           "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR",
                           ("cooperativeMatrix",)))
+        if self._want_statistics and _EXECUTABLE_PROPERTIES in extensions:
+            kinds.append(("executable",
+                          "VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
+                          "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_"
+                          "FEATURES_KHR", ("pipelineExecutableInfo",)))
         chain: list[tuple[str, Any, tuple[str, ...]]] = []
         after: Any = None
         for kind, struct, stype, names in reversed(kinds):  # built from the tail
@@ -331,8 +344,10 @@ class VulkanDevice:
         stage = vk.VkPipelineShaderStageCreateInfo(
             sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
             stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=module, pName=entry)
+        flags = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if self.statistics_on else 0
         info = vk.VkComputePipelineCreateInfo(
-            sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, stage=stage, layout=layout)
+            sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, stage=stage, layout=layout,
+            flags=flags)
         handle = vk.vkCreateComputePipelines(self.device, None, 1, [info], None)[0]
         sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                          descriptorCount=len(buffers))]
@@ -353,6 +368,24 @@ class VulkanDevice:
                                 push_bytes, [code, entry, stage, info])
         self._pipelines.append(found)
         return found
+
+    def statistics(self, pipeline: ComputePipeline) -> dict[str, float]:
+        """The driver compiler's statistics of the pipeline's compute shader by name (on
+        NVIDIA e.g. its register count and local memory size); {} where the device was not
+        made with `statistics` or does not offer them."""
+        if not self.statistics_on:
+            return {}
+        vk = self._vk
+        read = vk.vkGetDeviceProcAddr(self.device, "vkGetPipelineExecutableStatisticsKHR")
+        found = read(self.device, vk.VkPipelineExecutableInfoKHR(
+            sType=vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, pipeline=pipeline.handle,
+            executableIndex=0))
+        formats = {vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: "b32",
+                   vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: "i64",
+                   vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: "u64",
+                   vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: "f64"}
+        return {_text(stat.name): float(getattr(stat.value, formats[stat.format]))
+                for stat in found if stat.format in formats}
 
     def destroy(self, pipeline: ComputePipeline) -> None:
         vk = self._vk
