@@ -13,6 +13,7 @@ import pytest
 
 from tests.backends.test_hlsl_toolchain import COMPILERS_HERE, _no_vulkan
 
+ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--size", "64", "--repeats", "3"]
 needs_vulkan = [pytest.mark.hlsl,
                 pytest.mark.skipif(not COMPILERS_HERE, reason="no HLSL compiler on PATH"),
@@ -75,6 +76,45 @@ class TestOnLavapipe:
                          "--trials", "2", *SMALL, "--seed", "1", cwd=tmp_path)
         assert text.returncode == 0, text.stderr
         assert "x documented peak" in text.stdout + text.stderr
+
+
+    def test_a_study_starts_from_a_cuda_studys_best_sequences(self, tmp_path):
+        """--warm-start with a CUDA study (here a replay of the H200 recording): the HLSL
+        study first runs its best sequences without the steps Vulkan lacks (pipelining,
+        launch-bounds, split-k), with their values; a C study is refused in one line."""
+        import optuna
+
+        recording = ROOT / "benchmarks" / "results" / "landscapes" / \
+            "landscape-float32-4096.json"
+        cuda = peak_tune("--device", "h200", "--size", "4096", "--trials", "40", "--replay",
+                         str(recording), "--study", "cuda", "--json", cwd=tmp_path)
+        assert cuda.returncode == 0, cuda.stderr
+        warm = peak_tune("--backend", "hlsl", "--device", "lavapipe", *SMALL, "--trials", "3",
+                         "--warm-start", "cuda", "--warm-start-top", "2", "--no-branch-start",
+                         "--study", "hlsl", "--json", cwd=tmp_path)
+        assert summary_of(warm)["backend"] == "hlsl"
+        storage = f"sqlite:///{tmp_path / 'results' / 'peak.db'}"
+        source = optuna.load_study(study_name="cuda", storage=storage)
+        ranked = sorted((t for t in source.trials if t.values), key=lambda t: -t.values[0])
+        started = [t for t in optuna.load_study(study_name="hlsl", storage=storage).trials
+                   if "warm_start_from" in t.user_attrs]
+        assert [t.user_attrs["warm_start_from"] for t in started] == \
+            [f"cuda#{t.number}" for t in ranked[:2]]
+        lacking = {"pipelining", "launch-bounds", "split-k"}
+        for got, best in zip(started, ranked, strict=False):
+            kept = [s for s in best.user_attrs["sequence"] if s not in lacking]
+            assert got.user_attrs["sequence"] == kept
+            assert {k: v for k, v in got.params.items() if k.split(".")[0] in kept} == \
+                {k: v for k, v in best.params.items() if k.split(".")[0] in kept}
+        assert any(lacking & set(t.user_attrs["sequence"]) for t in ranked[:2])  # not vacuous
+        c = peak_tune("--study", "c", "--size", "32", "--trials", "1", cwd=tmp_path)
+        assert c.returncode == 0, c.stderr
+        refused = peak_tune("--backend", "hlsl", "--device", "lavapipe", *SMALL, "--trials",
+                            "1", "--warm-start", "c", cwd=tmp_path)
+        assert refused.returncode == 2
+        assert refused.stderr.strip().splitlines() == [
+            "peak-tune: error: --warm-start c: none of its best sequences has a step that "
+            "the hlsl backend offers"]
 
 
 def _sequences(results: Path) -> list[str]:

@@ -34,7 +34,12 @@ from peak_tune.search.ask_ahead import (
 from peak_tune.search.focus import FixedFirst
 from peak_tune.search.polish import Polisher
 from peak_tune.search.samplers import is_multi_objective, make_sampler
-from peak_tune.search.space import SequenceEncoding, branch_sequences, branch_trial_params
+from peak_tune.search.space import (
+    SequenceEncoding,
+    branch_sequences,
+    branch_trial_params,
+    repair_sequence,
+)
 from peak_tune.search.trials import TrialAttrs, TrialRecord, write_interrupted, write_record
 from peak_tune.study.mirror import open_mirrored_study
 from peak_tune.study.storage import open_storage, redacted_url
@@ -148,7 +153,9 @@ class Searcher:
 
     def _warm_start_points(self) -> list[tuple[dict[str, Any], str]]:
         """The parameters of the best `warm_start_top` trials of each warm-start study,
-        best first, each once, with where they come from ("study#trial")."""
+        best first, each once, with where they come from ("study#trial"). A study of the
+        same kernel on another backend (CUDA's for an HLSL study, say) gives its best
+        sequences as far as this backend has their steps, with their values."""
         s = self.settings
         points: list[tuple[dict[str, Any], str]] = []
         if not s.warm_start:
@@ -164,21 +171,41 @@ class Searcher:
                 raise UserError(f"--warm-start {name}: no such study in "
                                 f"{redacted_url(s.storage_url)}") from None
             made_for = source.user_attrs.get("identity", {})
-            for part in ("kernel", "backend"):
-                if made_for.get(part) != s.identity[part]:
-                    raise UserError(f"--warm-start {name}: a study of {part} "
-                                    f"{made_for.get(part)!r}, not {s.identity[part]!r}")
+            if made_for.get("kernel") != s.identity["kernel"]:
+                raise UserError(f"--warm-start {name}: a study of kernel "
+                                f"{made_for.get('kernel')!r}, not {s.identity['kernel']!r}")
+            foreign = made_for.get("backend") != s.identity["backend"]
             finished = source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             finished.sort(key=lambda t: -(t.values[0] if t.values else 0.0))
             taken = 0
             for trial in finished:
-                key = tuple(sorted(trial.params.items()))
-                if taken >= s.warm_start_top or key in seen:
+                params = self._translated(trial) if foreign else dict(trial.params)
+                key = tuple(sorted(params.items()))
+                if taken >= s.warm_start_top or key in seen or not params:
                     continue
                 seen.add(key)
                 taken += 1
-                points.append((dict(trial.params), f"{name}#{trial.number}"))
+                points.append((params, f"{name}#{trial.number}"))
+            if foreign and not taken:
+                raise UserError(f"--warm-start {name}: none of its best sequences has a step "
+                                f"that the {s.identity['backend']} backend offers")
         return points
+
+    def _translated(self, trial: FrozenTrial) -> dict[str, Any]:
+        """Another backend's trial in this study's terms: its sequence without the steps
+        this backend lacks (made legal again), each kept step's values where it had them
+        ({} when no step is left)."""
+        sequence = [tid for tid in TrialAttrs.of(trial).sequence if tid in self._transformations]
+        sequence = repair_sequence(sequence, self._transformations)
+        if not sequence:
+            return {}
+        params = branch_trial_params(sequence, self._transformations, self.settings.encoding)
+        allowed = {f"{tid}.{domain.name}": domain.values for tid in sequence
+                   for domain in self._transformations[tid].params}
+        for key, value in trial.params.items():  # values are named <step id>.<MACRO>
+            if value in allowed.get(key, ()):
+                params[key] = value
+        return params
 
     def _new_study(self, storage: BaseStorage,
                    create: Callable[[BaseStorage, str, bool], optuna.Study]) -> optuna.Study:
