@@ -58,6 +58,9 @@ def main() -> None:
     parser.add_argument("--paper-trials", type=int, default=60)
     parser.add_argument("--no-paper", action="store_true", help="the search rows alone")
     parser.add_argument("--no-search", action="store_true", help="the fixed rows alone")
+    parser.add_argument("--warm-start", default="",
+                        help="STUDY[,STUDY]: the search starts from their best trials (a CUDA "
+                             "study's too: see --warm-start in the README)")
     parser.add_argument("--sequence", default="",
                         help="a fixed sequence ID,ID,... as a row of its own (only its "
                              "parameters tuned, --paper-trials of them)")
@@ -67,7 +70,8 @@ def main() -> None:
     args = parser.parse_args()
     command = ("python benchmarks/hlsl_matmul.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-        if k not in ("out", "no_paper", "no_search", "sequence"))
+        if k not in ("out", "no_paper", "no_search", "sequence", "warm_start"))
+        + (f" --warm-start {args.warm_start}" if args.warm_start else "")
         + (" --no-paper" if args.no_paper else "") + (" --no-search" if args.no_search else "")
         + (f" --sequence {args.sequence}" if args.sequence else ""))
     record: dict[str, Any] = {"benchmark": "hlsl_matmul", "date": time.strftime("%Y-%m-%d"),
@@ -79,7 +83,8 @@ def main() -> None:
         if not args.no_search:
             row["search"] = _brief(study_row(dtype, int(n), args.trials, Path(args.results),
                                              args.seconds, backend="hlsl", device=args.device,
-                                             confirm=True))
+                                             confirm=True, warm_start=tuple(filter(
+                                                 None, args.warm_start.split(",")))))
         fixed = {"paper": () if args.no_paper else PAPER_HLSL,
                  "sequence": tuple(filter(None, args.sequence.split(",")))}
         for name, sequence in fixed.items():
