@@ -170,9 +170,14 @@ class DeviceProblem:
         return block.storage.view(pristine.dtype)
 
     def __del__(self) -> None:
-        if state.fenced is not None:
+        fenced = state.fenced
+        if fenced is None:
+            return
+        try:
             for block in self.blocks:
-                state.fenced.give_back(block)
+                fenced.give_back(block)
+        except Exception:  # the worker is ending (its context gone): nothing to give back
+            pass
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.reference.shapes[name]
