@@ -145,25 +145,24 @@ class DeviceProblem:
         self.size = reference.size
         self.storage: dict[str, Any] = {}  # guarded storage, a prefix of the pristine's
         self.inner: dict[str, Any] = {}
-        self.blocks: list[Block] = []
+        self.blocks: dict[str, Block] = {}  # buffer name -> its fenced block
         with state.stream:
             for arg in reference.buffers:
                 pristine = reference.pristine[arg.name]
                 count = int(np.prod(reference.shapes[arg.name], dtype=np.int64))
                 guard = guard_elements(pristine.itemsize)
-                self.storage[arg.name] = self._allocate(pristine, (guard + count)
-                                                        * pristine.itemsize)
+                self.storage[arg.name] = self._allocate(arg.name, pristine,
+                                                        (guard + count) * pristine.itemsize)
                 copy_on_device(self.storage[arg.name], pristine)
                 self.inner[arg.name] = self.storage[arg.name][guard:guard + count]
 
-    def _allocate(self, pristine: Any, nbytes: int) -> Any:
+    def _allocate(self, name: str, pristine: Any, nbytes: int) -> Any:
         """Storage for the front guard and the buffer (`nbytes`): fenced where the driver
         can, its size rounded up within the pristine's back guard; else all of it."""
         cp = cupy_module()
         if state.fenced is None:
             return cp.empty_like(pristine)
-        block = state.fenced.take(nbytes)
-        self.blocks.append(block)
+        block = self.blocks[name] = state.fenced.take(nbytes)
         if block.slack.nbytes:  # a kernel may have written there in an earlier run
             cp.cuda.runtime.memsetAsync(block.slack.data.ptr, SLACK_BYTE,
                                         block.slack.nbytes, state.stream.ptr)
@@ -174,7 +173,7 @@ class DeviceProblem:
         if fenced is None:
             return
         try:
-            for block in self.blocks:
+            for block in self.blocks.values():
                 fenced.give_back(block)
         except Exception:  # the worker is ending (its context gone): nothing to give back
             pass
@@ -230,7 +229,7 @@ class DeviceProblem:
     def failures(self) -> Any:
         """How many bytes and elements of this run fail (a device scalar, not waited for)."""
         return failure_count(self.reference, self.storage,
-                             [block.slack for block in self.blocks], SLACK_BYTE)
+                             [block.slack for block in self.blocks.values()], SLACK_BYTE)
 
     def check(self, others: Sequence[DeviceProblem] = ()) -> None:
         """Raise WrongResult (OutOfBounds for stray writes) unless this run (and each of
@@ -253,7 +252,7 @@ class DeviceProblem:
     def fail(self) -> None:
         """This run failed on the device: name the failure on the host."""
         ref = self.reference
-        for name, block in zip(self.storage, self.blocks, strict=False):
+        for name, block in self.blocks.items():
             if bool((block.slack != SLACK_BYTE).any()):
                 raise OutOfBounds(f"wrote out of bounds: memory before {name}'s front guard "
                                   f"changed at {ref.label}")

@@ -61,7 +61,8 @@ _PINNED, _ON_DEVICE, _READ_WRITE = 1, 1, 3  # CU_MEM_ALLOCATION_TYPE_PINNED, ...
 @dataclass
 class Block:
     """One mapping: `storage` (uint8, `nbytes` long) ends where the mapping ends; `slack`
-    (uint8) is the mapping before it, filled with SLACK_BYTE."""
+    (uint8) is the mapping before it, which its user fills with SLACK_BYTE before each
+    run."""
 
     nbytes: int
     storage: Any
@@ -130,13 +131,6 @@ class FencedBlocks:
         self.free[block.nbytes].append(block)
         self.kept_bytes += block.mapped_bytes
 
-    def clear(self) -> None:
-        for blocks in self.free.values():
-            for block in blocks:
-                self._release(block)
-        self.free.clear()
-        self.kept_bytes = 0
-
     def _call(self, name: str, *args: Any) -> None:
         status = getattr(self._cuda, name)(*args)
         if status:
@@ -173,11 +167,8 @@ class FencedBlocks:
             self._cuda.cuMemRelease(handle)
             raise
         start = mapped + mapped_bytes - size
-        block = Block(size, _wrap(cupy, start, size), _wrap(cupy, mapped, start - mapped),
-                      reserved.value, reserved_bytes, mapped, mapped_bytes, handle.value)
-        if block.slack.nbytes:
-            block.slack.fill(SLACK_BYTE)
-        return block
+        return Block(size, _wrap(cupy, start, size), _wrap(cupy, mapped, start - mapped),
+                     reserved.value, reserved_bytes, mapped, mapped_bytes, handle.value)
 
     def _release(self, block: Block) -> None:
         import cupy
