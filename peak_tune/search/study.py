@@ -179,9 +179,11 @@ class Searcher:
             finished.sort(key=lambda t: -(t.values[0] if t.values else 0.0))
             taken = 0
             for trial in finished:
+                if taken >= s.warm_start_top:
+                    break
                 params = self._translated(trial) if foreign else dict(trial.params)
                 key = tuple(sorted(params.items()))
-                if taken >= s.warm_start_top or key in seen or not params:
+                if key in seen or not params:
                     continue
                 seen.add(key)
                 taken += 1
