@@ -112,8 +112,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--encoding", default=SearchSettings.encoding, choices=CHOICES["encoding"],
                    help=f"how a trial encodes a sequence (default {SearchSettings.encoding})")
     p.add_argument("--warm-start", metavar="STUDY[,STUDY]",
-                   help="a new study's first trials: the best of these studies (same storage, "
-                        "kernel and backend; e.g. a smaller size or another device)")
+                   help="a new study's first trials: the best of these studies (same storage "
+                        "and kernel; e.g. a smaller size, another device, or another "
+                        "backend's study, whose steps this backend lacks are left out)")
     p.add_argument("--warm-start-top", type=int, default=SearchSettings.warm_start_top,
                    metavar="N", help="trials taken from each --warm-start study (default "
                                      f"{SearchSettings.warm_start_top})")

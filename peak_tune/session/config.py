@@ -138,8 +138,8 @@ class SearchSettings:
     # at most MAX_SAMPLER_PROCESSES (search.ask_ahead)
     sampler_processes: int = -1
     step_values: bool = False  # each step's speed along the best's sequence, per trial
-    # a new study's first trials: the best `warm_start_top` of these studies (same storage,
-    # kernel and backend; another size, dtype or device), e.g. 8192 starting from 4096
+    # a new study's first trials: the best `warm_start_top` of these studies (same storage
+    # and kernel; another size, dtype, device or backend), e.g. 8192 starting from 4096
     warm_start: tuple[str, ...] = ()
     warm_start_top: int = 10
 
