@@ -42,7 +42,7 @@ from peak_tune.evaluation.validation import applicable_sizes, require_size_const
 
 __all__ = ["HARNESS_VERSION", "HlslBackend", "HlslOnCudaBackend"]
 
-HARNESS_VERSION = "hlsl-1"
+HARNESS_VERSION = "hlsl-2"  # bump when validation or timing in the worker changes
 _WORKER_MODULE = "peak_tune.backends._hlsl_worker"
 # dtype -> (DTYPE, ACC, 16-bit types on): fp16 is half in and out with fp32 accumulation,
 # in buffers of the device's 16-bit storage
