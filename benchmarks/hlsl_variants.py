@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -34,7 +35,7 @@ from peak_tune.backends.cuda import CudaBackend  # noqa: E402
 from peak_tune.backends.hlsl import HlslBackend  # noqa: E402
 from peak_tune.catalog.loaders import load_device, load_spec, load_transformations  # noqa: E402
 from peak_tune.catalog.types import DeviceProfile  # noqa: E402
-from peak_tune.core import KernelContext, ProblemSize  # noqa: E402
+from peak_tune.core import KernelContext, KernelSpec, ProblemSize  # noqa: E402
 from peak_tune.evaluation.pipeline import seed_context  # noqa: E402
 
 PAPER = ("refactor", "tb-tiling", "thread-tiling")
@@ -71,10 +72,14 @@ def through_vulkan(gpu: DeviceProfile, compiler: str) -> DeviceProfile:
         "groupshared_kib": 48, "hlsl_compiler": compiler})
 
 
+@functools.cache
+def matmul() -> KernelSpec:
+    return load_spec(ROOT / "seeds" / "matmul")
+
+
 def built(backend: str, sequence: tuple[str, ...], gpu: DeviceProfile) -> KernelContext:
-    spec = load_spec(ROOT / "seeds" / "matmul")
     catalog = load_transformations([ROOT / "transforms"])
-    context = seed_context(spec, backend)
+    context = seed_context(matmul(), backend)
     for tid in sequence:
         context = ReferenceApplier().apply(context, catalog[tid], gpu)
     return context
@@ -96,7 +101,7 @@ def compiler_statistics(spirv_path: str) -> dict[str, float]:
 
 def measure(backend: Any, context: KernelContext, values: dict[str, int], size: ProblemSize,
             build: str) -> dict[str, Any]:
-    spec = load_spec(ROOT / "seeds" / "matmul")
+    spec = matmul()
     params = {p.name: values[p.name] for p in context.params}
     started = time.perf_counter()
     try:
@@ -132,8 +137,8 @@ def main() -> int:
     result: dict[str, Any] = {"size": args.size, "dtype": "float32",
                               "robust_buffer_access": not unbounded, "rows": []}
     with CudaBackend(gpu) as cuda:
-        name, vendor = cuda.time_vendor(load_spec(ROOT / "seeds" / "matmul"), "float32",
-                                        size, EvalConfig(timeout_s=300.0))
+        name, vendor = cuda.time_vendor(matmul(), "float32", size,
+                                        EvalConfig(timeout_s=300.0))
         result["vendor"] = {"name": name, "gflops": vendor.gflops}
         print(f"cuBLAS {vendor.gflops:.0f} GFLOP/s ({name})", flush=True)
         for compiler in args.compilers.split(","):
