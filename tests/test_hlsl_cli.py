@@ -77,7 +77,6 @@ class TestOnLavapipe:
         assert text.returncode == 0, text.stderr
         assert "x documented peak" in text.stdout + text.stderr
 
-
     def test_a_study_starts_from_a_cuda_studys_best_sequences(self, tmp_path):
         """--warm-start with a CUDA study (here a replay of the H200 recording): the HLSL
         study first runs its best sequences without the steps Vulkan lacks (pipelining,
