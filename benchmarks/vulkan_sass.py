@@ -32,12 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from hlsl_variants import VARIANTS, built, through_vulkan  # noqa: E402
+from hlsl_variants import VARIANTS, built, matmul, through_vulkan  # noqa: E402
 
 from peak_tune.backends._hlsl_compile import compile_spirv, find_compiler  # noqa: E402
+from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
 from peak_tune.backends.cuda import CudaBackend  # noqa: E402
 from peak_tune.backends.hlsl import HlslBackend  # noqa: E402
 from peak_tune.catalog.loaders import load_device  # noqa: E402
+from peak_tune.core import ProblemSize  # noqa: E402
 
 FMA_ITERATIONS = 8192
 FMA_CHAINS = 8
@@ -79,6 +81,31 @@ extern "C" __global__ void fma_probe(float *out, float b, float c) {{
 """
 
 FMA_FLOPS = 2 * FMA_ITERATIONS * FMA_CHAINS * FMA_GROUPS * FMA_THREADS
+
+# the same loop with the chains as named scalars: no array for the driver to promote
+_CHAINS = range(FMA_CHAINS)
+FMA_HLSL_SCALARS = f"""
+struct Params {{ float b; float c; }};
+[[vk::push_constant]] ConstantBuffer<Params> params;
+[[vk::binding(0)]] RWStructuredBuffer<float> Out;
+[numthreads({FMA_THREADS}, 1, 1)]
+void main(uint3 id : SV_DispatchThreadID) {{
+    {" ".join(f"float a{j} = (float)id.x + {j};" for j in _CHAINS)}
+    for (int i = 0; i < {FMA_ITERATIONS}; ++i) {{
+        {" ".join(f"a{j} = a{j} * params.b + params.c;" for j in _CHAINS)}
+    }}
+    Out[id.x] = {" + ".join(f"a{j}" for j in _CHAINS)};
+}}
+"""
+
+
+def optimized(spirv: Path) -> Path:
+    """`spirv` through spirv-opt: loops marked [unroll] unrolled, then -O (arrays in
+    registers' reach: scalar replacement, SSA)."""
+    out = spirv.with_suffix(".opt.spv")
+    subprocess.run(["spirv-opt", "--target-env=vulkan1.1", "--loop-unroll", "-O", str(spirv),
+                    "-o", str(out)], check=True, capture_output=True, timeout=300)
+    return out
 
 
 def run(command: list[str], out: Path) -> str:
@@ -149,15 +176,17 @@ def fma_probe(device: Any, out: Path) -> dict[str, Any]:
     import cupy
 
     found: dict[str, Any] = {"flops": FMA_FLOPS}
-    spirv_path = out / "fma.spv"
-    compile_spirv(find_compiler("glslang"), FMA_HLSL, {}, spirv_path)
     target = device.buffer(FMA_GROUPS * FMA_THREADS * 4)
-    pipeline = device.pipeline(spirv_path.read_bytes(), [target], 8)
     push = struct.pack("<ff", 0.999, 0.001)
-    times = [device.dispatch(pipeline, (FMA_GROUPS, 1, 1), push) for _ in range(7)]
-    found["vulkan_ms"] = times
-    found["vulkan_tflops"] = FMA_FLOPS / min(times) / 1e9
-    device.destroy(pipeline)
+    for name, source in (("array", FMA_HLSL), ("scalars", FMA_HLSL_SCALARS)):
+        spirv_path = out / f"fma-{name}.spv"
+        compile_spirv(find_compiler("glslang"), source, {}, spirv_path)
+        for how, path in (("", spirv_path), (" spirv-opt", optimized(spirv_path))):
+            pipeline = device.pipeline(path.read_bytes(), [target], 8)
+            times = [device.dispatch(pipeline, (FMA_GROUPS, 1, 1), push) for _ in range(7)]
+            found[f"vulkan {name}{how} ms"] = times
+            found[f"vulkan {name}{how} tflops"] = FMA_FLOPS / min(times) / 1e9
+            device.destroy(pipeline)
     kernel = cupy.RawKernel(FMA_CUDA, "fma_probe", options=("-arch=sm_90",))
     result = cupy.empty(FMA_GROUPS * FMA_THREADS, dtype=cupy.float32)
     cuda_times = []
@@ -174,10 +203,40 @@ def fma_probe(device: Any, out: Path) -> dict[str, Any]:
     return found
 
 
+def timed(backend: Any, artifact: Any, context: Any, params: dict[str, int],
+          n: int) -> dict[str, Any]:
+    spec = matmul()
+    size = ProblemSize.of({"M": n, "N": n, "K": n})
+    started = time.perf_counter()
+    try:
+        got = backend.evaluate(artifact, EvalRequest(spec, context, params, "float32", size,
+                                                     spec.check_sizes,
+                                                     EvalConfig(timeout_s=300.0)))
+    except Exception as exc:  # one variant's failure is a note
+        return {"error": f"{type(exc).__name__}: {exc}"[:400]}
+    return {"gflops": got.gflops, "samples_ms": list(got.samples_ms),
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
+def timed_both_ways(hlsl: HlslBackend, artifact: Any, context: Any, params: dict[str, int],
+                    n: int) -> dict[str, Any]:
+    """The variant's module as the compiler wrote it and through spirv-opt (the
+    artifact's file replaced by the optimised module for the second evaluation)."""
+    found = {"glslang": timed(hlsl, artifact, context, params, n)}
+    original = Path(artifact.path).read_bytes()
+    try:
+        Path(artifact.path).write_bytes(optimized(Path(artifact.path)).read_bytes())
+        found["glslang + spirv-opt"] = timed(hlsl, artifact, context, params, n)
+    finally:
+        Path(artifact.path).write_bytes(original)
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="h200")
     parser.add_argument("--variants", default="cuda winner 64x128 k16,paper 128x128 k32")
+    parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--out", default="vulkan_sass")
     args = parser.parse_args()
     out = Path(args.out)
@@ -190,6 +249,11 @@ def main() -> int:
 
     with CudaBackend(gpu) as cuda, HlslBackend(through_vulkan(gpu, "glslang")) as hlsl, \
             VulkanDevice(0, statistics=True) as device:
+        vendor_name, vendor = cuda.time_vendor(matmul(), "float32",
+                                               ProblemSize.of({"M": args.size, "N": args.size,
+                                                               "K": args.size}),
+                                               EvalConfig(timeout_s=300.0))
+        report["vendor"] = {"name": vendor_name, "gflops": vendor.gflops}
         for label, sequence, values in VARIANTS:
             if label not in wanted:
                 continue
@@ -204,10 +268,13 @@ def main() -> int:
                 shutil.copy(artifact.path, out / f"{stem}{Path(artifact.path).suffix}")
                 notes[name] = {"resources": dict(artifact.resources)}
                 if name == "cuda":
+                    notes["cuda"]["timed"] = timed(cuda, artifact, context, params, args.size)
                     notes["cuda"]["sass"] = run(["cuobjdump", "-sass", artifact.path],
                                                 out / f"{stem}.cuda.sass")
                     continue
                 spirv = Path(artifact.path).read_bytes()
+                notes["hlsl"]["timed"] = timed_both_ways(hlsl, artifact, context, params,
+                                                         args.size)
                 run(["spirv-dis", artifact.path], out / f"{stem}.spvasm")
                 try:
                     blob = pipeline_cache_data(device, spirv)
