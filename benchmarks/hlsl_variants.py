@@ -64,12 +64,13 @@ VARIANTS: tuple[tuple[str, tuple[str, ...], dict[str, int]], ...] = (
 )
 
 
-def through_vulkan(gpu: DeviceProfile, compiler: str) -> DeviceProfile:
+def through_vulkan(gpu: DeviceProfile, compiler: str, spirv_opt: str = "auto"
+                   ) -> DeviceProfile:
     """The GPU as Vulkan shows it (its name, 1024 threads and 48 KiB of groupshared
-    memory per group on NVIDIA), with one HLSL compiler."""
+    memory per group on NVIDIA), with one HLSL compiler, and spirv-opt after it or not."""
     return dataclasses.replace(gpu, facts={
         **gpu.facts, "vulkan_device": gpu.name.upper(), "max_threads_per_group": 1024,
-        "groupshared_kib": 48, "hlsl_compiler": compiler})
+        "groupshared_kib": 48, "hlsl_compiler": compiler, "spirv_opt": spirv_opt})
 
 
 @functools.cache

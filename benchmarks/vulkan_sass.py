@@ -99,13 +99,41 @@ void main(uint3 id : SV_DispatchThreadID) {{
 """
 
 
-def optimized(spirv: Path) -> Path:
-    """`spirv` through spirv-opt: loops marked [unroll] unrolled, then -O (arrays in
-    registers' reach: scalar replacement, SSA)."""
+# spirv-opt's -O without redundancy-elimination (65 of 80 s on one lavapipe variant)
+_O_PASSES = (
+    "--wrap-opkill --eliminate-dead-branches --merge-return --inline-entry-points-exhaustive "
+    "--eliminate-dead-functions --eliminate-dead-code-aggressive --private-to-local "
+    "--eliminate-local-single-block --eliminate-local-single-store "
+    "--eliminate-dead-code-aggressive --scalar-replacement=100 --convert-local-access-chains "
+    "--eliminate-local-single-block --eliminate-local-single-store "
+    "--eliminate-dead-code-aggressive --ssa-rewrite --eliminate-dead-code-aggressive --ccp "
+    "--eliminate-dead-code-aggressive --loop-unroll --eliminate-dead-branches "
+    "--combine-access-chains --simplify-instructions --scalar-replacement=100 "
+    "--convert-local-access-chains --eliminate-local-single-block "
+    "--eliminate-local-single-store --eliminate-dead-code-aggressive --ssa-rewrite "
+    "--eliminate-dead-code-aggressive --vector-dce --eliminate-dead-inserts "
+    "--eliminate-dead-branches --simplify-instructions --if-conversion "
+    "--copy-propagate-arrays --reduce-load-size --eliminate-dead-code-aggressive "
+    "--merge-blocks --eliminate-dead-branches --merge-blocks --simplify-instructions")
+# which of spirv-opt's work the driver rewards: name -> passes
+PASS_SETS = {
+    "-O": "-O",
+    "-O without redundancy-elimination": _O_PASSES,
+    "loop-unroll alone": "--loop-unroll",
+    "SSA, no unroll": "--private-to-local --scalar-replacement=100 --ssa-rewrite --ccp "
+                      "--simplify-instructions --eliminate-dead-code-aggressive",
+    "unroll + SSA": "--loop-unroll --scalar-replacement=100 --ssa-rewrite --ccp "
+                    "--simplify-instructions --eliminate-dead-code-aggressive",
+}
+
+
+def optimized(spirv: Path, passes: str = "-O") -> tuple[Path, float]:
+    """`spirv` through spirv-opt with `passes`, and the seconds that took."""
     out = spirv.with_suffix(".opt.spv")
-    subprocess.run(["spirv-opt", "--target-env=vulkan1.1", "--loop-unroll", "-O", str(spirv),
+    started = time.perf_counter()
+    subprocess.run(["spirv-opt", "--target-env=vulkan1.1", *passes.split(), str(spirv),
                     "-o", str(out)], check=True, capture_output=True, timeout=300)
-    return out
+    return out, round(time.perf_counter() - started, 2)
 
 
 def run(command: list[str], out: Path) -> str:
@@ -181,7 +209,7 @@ def fma_probe(device: Any, out: Path) -> dict[str, Any]:
     for name, source in (("array", FMA_HLSL), ("scalars", FMA_HLSL_SCALARS)):
         spirv_path = out / f"fma-{name}.spv"
         compile_spirv(find_compiler("glslang"), source, {}, spirv_path)
-        for how, path in (("", spirv_path), (" spirv-opt", optimized(spirv_path))):
+        for how, path in (("", spirv_path), (" spirv-opt", optimized(spirv_path)[0])):
             pipeline = device.pipeline(path.read_bytes(), [target], 8)
             times = [device.dispatch(pipeline, (FMA_GROUPS, 1, 1), push) for _ in range(7)]
             found[f"vulkan {name}{how} ms"] = times
@@ -218,15 +246,24 @@ def timed(backend: Any, artifact: Any, context: Any, params: dict[str, int],
             "seconds": round(time.perf_counter() - started, 2)}
 
 
-def timed_both_ways(hlsl: HlslBackend, artifact: Any, context: Any, params: dict[str, int],
+def timed_pass_sets(hlsl: HlslBackend, artifact: Any, context: Any, params: dict[str, int],
                     n: int) -> dict[str, Any]:
-    """The variant's module as the compiler wrote it and through spirv-opt (the
-    artifact's file replaced by the optimised module for the second evaluation)."""
-    found = {"glslang": timed(hlsl, artifact, context, params, n)}
+    """The variant's module as the compiler wrote it and through each of PASS_SETS (the
+    artifact's file replaced by the optimised module for each evaluation)."""
+    found = {"as compiled": timed(hlsl, artifact, context, params, n)}
     original = Path(artifact.path).read_bytes()
+    source = Path(artifact.path).with_suffix(".original.spv")
+    source.write_bytes(original)
     try:
-        Path(artifact.path).write_bytes(optimized(Path(artifact.path)).read_bytes())
-        found["glslang + spirv-opt"] = timed(hlsl, artifact, context, params, n)
+        for name, passes in PASS_SETS.items():
+            try:
+                module, seconds = optimized(source, passes)
+            except subprocess.SubprocessError as exc:
+                found[name] = {"error": f"spirv-opt: {exc}"[:300]}
+                continue
+            Path(artifact.path).write_bytes(module.read_bytes())
+            found[name] = {**timed(hlsl, artifact, context, params, n),
+                           "spirv_opt_s": seconds, "module_bytes": module.stat().st_size}
     finally:
         Path(artifact.path).write_bytes(original)
     return found
@@ -247,7 +284,7 @@ def main() -> int:
     report: dict[str, Any] = {"variants": {}}
     from peak_tune.backends._vulkan import VulkanDevice
 
-    with CudaBackend(gpu) as cuda, HlslBackend(through_vulkan(gpu, "glslang")) as hlsl, \
+    with CudaBackend(gpu) as cuda, HlslBackend(through_vulkan(gpu, "glslang", "off")) as hlsl, \
             VulkanDevice(0, statistics=True) as device:
         vendor_name, vendor = cuda.time_vendor(matmul(), "float32",
                                                ProblemSize.of({"M": args.size, "N": args.size,
@@ -273,7 +310,7 @@ def main() -> int:
                                                 out / f"{stem}.cuda.sass")
                     continue
                 spirv = Path(artifact.path).read_bytes()
-                notes["hlsl"]["timed"] = timed_both_ways(hlsl, artifact, context, params,
+                notes["hlsl"]["timed"] = timed_pass_sets(hlsl, artifact, context, params,
                                                          args.size)
                 run(["spirv-dis", artifact.path], out / f"{stem}.spvasm")
                 try:

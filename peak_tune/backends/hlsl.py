@@ -23,7 +23,13 @@ from typing import Any
 
 from peak_tune.backends._files import built_or_reused
 from peak_tune.backends._gpu_runner import GpuRunner
-from peak_tune.backends._hlsl_compile import compile_spirv, find_compiler
+from peak_tune.backends._hlsl_compile import (
+    HlslCompiler,
+    SpirvOptimizer,
+    compile_spirv,
+    find_compiler,
+    find_optimizer,
+)
 from peak_tune.backends.base import Artifact, Capabilities, EvalConfig, EvalRequest
 from peak_tune.backends.wire import (
     config_to_wire,
@@ -59,8 +65,8 @@ class HlslBackend:
     capabilities = Capabilities(on_host=False, host_code=False, launch_region=True,
                                 vendor_library=False, bounded_buffers=True)
 
-    build_command = ("DXC, else glslang (-D -V, HLSL to SPIR-V), or Slang for cooperative "
-                     "matrices: a Vulkan compute shader")
+    build_command = ("DXC, else glslang (-D -V, HLSL to SPIR-V), then spirv-opt -O where "
+                     "installed, or Slang for cooperative matrices: a Vulkan compute shader")
 
     @staticmethod
     def element_macros(dtype: str) -> dict[str, str]:
@@ -99,12 +105,21 @@ class HlslBackend:
 
     def fingerprint(self) -> Mapping[str, str]:
         info = self._runner.info()
+        compiler = find_compiler(self._compiler_choice())
+        optimizer = self._optimizer(compiler)
         return {"device": str(info["name"]), "driver": str(info["driver"]),
-                "compiler": find_compiler(self._compiler_choice()).label,
+                "compiler": compiler.label,
+                "optimizer": optimizer.label if optimizer else "none",
                 "harness": HARNESS_VERSION}
 
     def _compiler_choice(self) -> str:
         return str(self._profile.facts.get("hlsl_compiler", "auto"))
+
+    def _optimizer(self, compiler: HlslCompiler) -> SpirvOptimizer | None:
+        """spirv-opt for DXC's and glslang's modules, unless the profile's `spirv_opt`
+        is "off" (Slang optimises its own)."""
+        wanted = str(self._profile.facts.get("spirv_opt", "auto"))
+        return None if compiler.name == "slang" else find_optimizer(wanted)
 
     # ------------------------------------------------------------ compile
 
@@ -121,12 +136,14 @@ class HlslBackend:
         defines: dict[str, str | int] = {"DTYPE": element, "ACC": accumulator,
                                          "PT_WAVE_SIZE": self._profile.wave_size, **params}
         compiler = find_compiler(self._compiler_choice(), context.source)
+        optimizer = self._optimizer(compiler)
         key = stable_hash({"context": context.content_hash(), "defines": sorted(
-            defines.items()), "compiler": compiler.label, "harness": HARNESS_VERSION})
+            defines.items()), "compiler": compiler.label,
+            "optimizer": optimizer.label if optimizer else "none", "harness": HARNESS_VERSION})
 
         def build(path: Any) -> tuple[str, dict[str, int]]:
             log, found = compile_spirv(compiler, context.source, defines, path,
-                                       time_limit_s, sixteen_bit)
+                                       time_limit_s, sixteen_bit, optimizer)
             x, y, z = found.local_size
             return log, {"group_x": x, "group_y": y, "group_z": z, "threads": found.threads,
                          "shared_bytes": found.shared_bytes,
