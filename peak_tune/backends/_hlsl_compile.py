@@ -9,16 +9,18 @@ intrinsics, 16-bit types with `--hlsl-enable-16bit-types`. Slang (`slangc` on PA
 its compiler library from the `slangpy` wheel or $PEAK_TUNE_SLANG_LIBRARY, run as a
 command by backends._slang_library) builds shaders with cooperative matrices
 (`linalg.CoopMat`), SPIR-V 1.5 for Vulkan 1.2; "auto" picks it for those. Which compiler
-built a
-variant is part of its cache key and its record (`HlslCompiler.label`). Tuning
-parameters are `-D` defines. DXC's and glslang's modules then go through `spirv-opt -O`
-where it is installed (`SpirvOptimizer`, also part of the key and the record): it unrolls
-the [unroll] loops and turns the thread tiles' arrays into SSA values before the
-driver's compiler sees them, and NVIDIA's driver made the same shaders 5-17% faster on
-an H200 from such modules (benchmarks/results/2026-12-04-h200-vulkan-spirv-opt.json).
-Slang optimises its own modules. The SPIR-V is checked by `spirv-val` where it is
-installed and its thread group and groupshared bytes are read from the module
-(backends._spirv) to prune points the device cannot run.
+built a variant is part of its cache key and its record (`HlslCompiler.label`). Tuning
+parameters are `-D` defines.
+
+DXC's and glslang's modules then go through spirv-opt where it is installed (the
+profile's fact `spirv_opt`: "auto", "on", "off"; `SpirvOptimizer`, also part of the key
+and the record): -O's passes less redundancy elimination (OPTIMIZER_PASSES) unroll the
+[unroll] loops and turn the thread tiles' arrays into SSA values before the driver's
+compiler sees them. NVIDIA's driver ran the same shaders up to 17% faster on an H200
+from such modules (benchmarks/results/2026-12-04-h200-vulkan-spirv-opt.json); unrolling
+alone gained less or lost. Slang optimises its own modules. The SPIR-V is checked by
+`spirv-val` where it is installed and its thread group and groupshared bytes are read
+from the module (backends._spirv) to prune points the device cannot run.
 """
 
 from __future__ import annotations
@@ -166,6 +168,28 @@ def spirv_validator() -> str | None:
     return _spirv_tool("spirv-val")
 
 
+# spirv-opt's -O (SPIRV-Tools 2023-2025) less its two redundancy-elimination passes: on
+# an H200 the same shaders ran as fast as after -O (within 0.3%), and one lavapipe
+# variant's build took 16 s instead of 80 (65 s of them in redundancy-elimination);
+# NVIDIA's compiler eliminates redundancy itself.
+# benchmarks/results/2026-12-04-h200-vulkan-spirv-opt.json
+OPTIMIZER_PASSES = (
+    "wrap-opkill", "eliminate-dead-branches", "merge-return", "inline-entry-points-exhaustive",
+    "eliminate-dead-functions", "eliminate-dead-code-aggressive", "private-to-local",
+    "eliminate-local-single-block", "eliminate-local-single-store",
+    "eliminate-dead-code-aggressive", "scalar-replacement=100", "convert-local-access-chains",
+    "eliminate-local-single-block", "eliminate-local-single-store",
+    "eliminate-dead-code-aggressive", "ssa-rewrite", "eliminate-dead-code-aggressive", "ccp",
+    "eliminate-dead-code-aggressive", "loop-unroll", "eliminate-dead-branches",
+    "combine-access-chains", "simplify-instructions", "scalar-replacement=100",
+    "convert-local-access-chains", "eliminate-local-single-block",
+    "eliminate-local-single-store", "eliminate-dead-code-aggressive", "ssa-rewrite",
+    "eliminate-dead-code-aggressive", "vector-dce", "eliminate-dead-inserts",
+    "eliminate-dead-branches", "simplify-instructions", "if-conversion",
+    "copy-propagate-arrays", "reduce-load-size", "eliminate-dead-code-aggressive",
+    "merge-blocks", "eliminate-dead-branches", "merge-blocks", "simplify-instructions")
+
+
 @dataclass(frozen=True)
 class SpirvOptimizer:
     path: str
@@ -173,10 +197,11 @@ class SpirvOptimizer:
 
     @property
     def label(self) -> str:
-        return f"spirv-opt {self.version} -O"
+        return f"spirv-opt {self.version} -O less redundancy-elimination"
 
     def command(self, module: Path, output: Path, target_env: str) -> list[str]:
-        return [self.path, f"--target-env={target_env}", "-O", str(module), "-o", str(output)]
+        return [self.path, f"--target-env={target_env}",
+                *(f"--{name}" for name in OPTIMIZER_PASSES), str(module), "-o", str(output)]
 
 
 @functools.cache

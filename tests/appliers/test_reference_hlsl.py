@@ -14,7 +14,12 @@ import pytest
 
 from peak_tune.appliers.reference import ReferenceApplier
 from peak_tune.appliers.reference.hlsl_matmul import HLSL_STEPS
-from peak_tune.backends._hlsl_compile import COMPILERS, compile_spirv, find_compiler
+from peak_tune.backends._hlsl_compile import (
+    COMPILERS,
+    compile_spirv,
+    find_compiler,
+    find_optimizer,
+)
 from peak_tune.backends.base import EvalConfig, EvalRequest
 from peak_tune.backends.hlsl import HlslBackend
 from peak_tune.catalog.resolve import Catalog
@@ -188,14 +193,21 @@ def test_every_variant_compiles_to_valid_spirv(catalog, lavapipe, compiler, tmp_
 @needs_compiler
 @needs_vulkan
 @pytest.mark.hlsl
+@pytest.mark.parametrize("spirv_opt", ["off", "on"])
 def test_every_step_and_random_orders_validate_on_the_vulkan_device(catalog, lavapipe,
-                                                                    tmp_path):
+                                                                    spirv_opt, tmp_path):
+    """As the compiler wrote them, and through spirv-opt's passes (unrolled, in SSA)."""
+    if spirv_opt == "on" and find_optimizer() is None:
+        pytest.skip("no spirv-opt here")
     sequences = [with_requirements(catalog, t) for t in SIMT_STEPS]
     sequences += list(random_orders(catalog, 2, seed_=11))
     spec = catalog.spec("matmul")
     speeds = {}
-    with HlslBackend(lavapipe) as backend:
+    device = dataclasses.replace(lavapipe, facts={**lavapipe.facts, "spirv_opt": spirv_opt})
+    with HlslBackend(device) as backend:
         backend.probe()
+        assert backend.fingerprint()["optimizer"].startswith(
+            "spirv-opt" if spirv_opt == "on" else "none")
         for sequence in sequences:
             context = applied(catalog, lavapipe, sequence)
             params = params_of(context)

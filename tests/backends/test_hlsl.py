@@ -6,11 +6,14 @@ anything is dispatched. Skipped, with the reason, without glslang or a Vulkan dr
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from peak_tune.backends import _hlsl_compile
+from peak_tune.backends._hlsl_compile import find_optimizer
 from peak_tune.backends.base import EvalConfig, EvalRequest
 from peak_tune.backends.hlsl import HlslBackend
 from peak_tune.catalog.loaders import load_device, load_spec
@@ -94,6 +97,46 @@ def test_a_second_build_of_the_same_point_is_reused(backend, tmp_path):
     again = backend.compile(shader(SEED), {"BLOCK_X": 8}, "float32", str(tmp_path))
     assert again.reused and again.path == first.path
     assert again.resources["group_x"] == 8 and again.resources["threads"] == 8 * 16
+
+
+needs_spirv_opt = pytest.mark.skipif(find_optimizer() is None, reason="no spirv-opt here")
+
+
+def with_spirv_opt(profile: DeviceProfile, wanted: str) -> DeviceProfile:
+    return dataclasses.replace(profile, facts={**profile.facts, "spirv_opt": wanted})
+
+
+@needs_spirv_opt
+def test_spirv_opt_builds_another_module_that_validates_and_says_so(lavapipe, spec,
+                                                                      tmp_path):
+    """The optimizer is part of the build's key (no module of the other setting is
+    reused) and of the fingerprint; its module computes the same product."""
+    modules, names = {}, {}
+    for wanted in ("off", "on"):
+        with HlslBackend(with_spirv_opt(lavapipe, wanted)) as backend:
+            names[wanted] = backend.fingerprint()["optimizer"]
+            artifact = backend.compile(shader(TILED), {"TILE": 8}, "float32", str(tmp_path))
+            assert not artifact.reused
+            modules[wanted] = Path(artifact.path).read_bytes()
+            assert run(backend, spec, TILED, {"TILE": 8}, tmp_path) > 0
+    assert names["off"] == "none" and names["on"].startswith("spirv-opt ")
+    assert modules["on"] != modules["off"]
+    # [unroll] loops come out unrolled: no loop is left but the K loop
+    assert modules["on"].count(struct.pack("<HH", 246, 4)) == 1  # OpLoopMerge
+    assert modules["off"].count(struct.pack("<HH", 246, 4)) > 1
+
+
+def test_spirv_opt_asked_for_and_missing_or_misspelt_is_one_clear_error(lavapipe,
+                                                                         monkeypatch):
+    monkeypatch.setattr(_hlsl_compile, "_spirv_tool", lambda name: None)
+    with HlslBackend(with_spirv_opt(lavapipe, "on")) as backend, \
+            pytest.raises(BackendUnavailable, match="spirv-opt is not installed"):
+        backend.compile(shader(SEED), {}, "float32", "unused")
+    with HlslBackend(with_spirv_opt(lavapipe, "auto")) as backend:
+        assert backend.fingerprint()["optimizer"] == "none"  # auto: without it
+    with HlslBackend(with_spirv_opt(lavapipe, "yes")) as backend, \
+            pytest.raises(BackendUnavailable, match="spirv_opt is .*not 'yes'"):
+        backend.compile(shader(SEED), {}, "float32", "unused")
 
 
 def test_a_shader_that_skips_work_is_a_wrong_result(backend, spec, tmp_path):
