@@ -41,6 +41,12 @@ LAUNCH = {"grid_x": "ceil_div(N, group_x)", "grid_y": "ceil_div(M, group_y)"}
 # subgroups' tiles of 16 x 16: (TILES_M, TILES_N)
 COOPMAT_TILES = ((1, 1), (2, 2), (4, 2), (2, 4), (4, 4))
 COOPMAT_CHECKS = (ProblemSize.of({"M": 128, "N": 128, "K": 48}),)  # multiples of 64, 16
+STAGED = (FIXTURES / "coopmat_fp16_staged.slang").read_text()
+# the staged shader's thread groups: (WAVES_M, WAVES_N, TILES_M, TILES_N, BK)
+STAGED_SHAPES = ((2, 2, 4, 4, 32), (2, 2, 2, 4, 32), (4, 2, 2, 4, 32), (2, 4, 4, 2, 32),
+                 (2, 2, 4, 4, 16), (2, 2, 2, 2, 32), (4, 2, 2, 4, 16), (2, 4, 4, 2, 16),
+                 (4, 4, 2, 2, 16), (4, 2, 4, 4, 16), (2, 4, 4, 4, 16), (4, 4, 2, 4, 16))
+STAGED_CHECKS = (ProblemSize.of({"M": 256, "N": 256, "K": 96}),)  # multiples of 128, 32
 
 
 # The reference applier's cooperative-matrix step after the steps around it, at a few
@@ -91,6 +97,7 @@ def main() -> int:
     parser.add_argument("--device", default="h200")
     parser.add_argument("--sizes", default="1024,4096")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16"))
+    parser.add_argument("--only", default="", help="the shaders whose label holds this")
     parser.add_argument("--out", default="hlsl_vulkan_check.json")
     args = parser.parse_args()
     dtype = args.dtype
@@ -112,6 +119,15 @@ def main() -> int:
                      {"grid_x": f"ceil_div(N, {16 * tn})", "grid_y": f"ceil_div(M, {16 * tm})"},
                      COOPMAT_CHECKS) for tm, tn in COOPMAT_TILES]
         shaders += _reference_coopmat(gpu, spec.check_sizes)
+        shaders += [(f"staged cooperative matrices, {wm}x{wn} subgroups of {tm}x{tn}, "
+                     f"k {bk}", STAGED,
+                     {"WAVE": 32, "WAVES_M": wm, "WAVES_N": wn, "TILES_M": tm, "TILES_N": tn,
+                      "BK": bk},
+                     {"grid_x": f"ceil_div(N, {16 * tn * wn})",
+                      "grid_y": f"ceil_div(M, {16 * tm * wm})"}, STAGED_CHECKS)
+                    for wm, wn, tm, tn, bk in STAGED_SHAPES]
+    if args.only:
+        shaders = [shader for shader in shaders if args.only in shader[0]]
     rows = []
     build = tempfile.mkdtemp(prefix="peak-tune-hlsl-check-")
     with HlslBackend(through_vulkan) as hlsl, CudaBackend(gpu) as cuda:
