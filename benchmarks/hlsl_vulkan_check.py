@@ -62,6 +62,12 @@ REFERENCE_COOPMAT = (
       "block-swizzle"), 128, 256, 64, 2, 4),
     (("refactor", "block-swizzle", "tb-tiling", "vector-loads", "interior-tiles",
       "cooperative-matrix"), 128, 128, 32, 4, 2),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
+      "cooperative-matrix"), 128, 128, 16, 2, 2),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
+      "cooperative-matrix"), 128, 128, 32, 2, 2),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
+      "cooperative-matrix"), 128, 128, 16, 4, 2),
 )
 
 
@@ -97,7 +103,8 @@ def main() -> int:
     parser.add_argument("--device", default="h200")
     parser.add_argument("--sizes", default="1024,4096")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16"))
-    parser.add_argument("--only", default="", help="the shaders whose label holds this")
+    parser.add_argument("--only", default="",
+                        help="the shaders whose label holds one of these (comma-separated)")
     parser.add_argument("--out", default="hlsl_vulkan_check.json")
     args = parser.parse_args()
     dtype = args.dtype
@@ -127,7 +134,8 @@ def main() -> int:
                       "grid_y": f"ceil_div(M, {16 * tm * wm})"}, STAGED_CHECKS)
                     for wm, wn, tm, tn, bk in STAGED_SHAPES]
     if args.only:
-        shaders = [shader for shader in shaders if args.only in shader[0]]
+        shaders = [shader for shader in shaders
+                   if any(part in shader[0] for part in args.only.split(","))]
     rows = []
     build = tempfile.mkdtemp(prefix="peak-tune-hlsl-check-")
     with HlslBackend(through_vulkan) as hlsl, CudaBackend(gpu) as cuda:

@@ -131,7 +131,7 @@ def derived_macros(plan: Plan) -> list[str]:
         rows = "PT_TK" if plan.transpose_a else "BLOCK_M"
         lines += [
             "#define PT_TK TILE_K_SIZE",
-            f"#define PT_PAD {_or(plan.padded, 'OFFSET_AMOUNT', '0')}",
+            f"#define PT_PAD {_pad(plan)}",
             f"#define PT_LDA {lda} /* row stride of the A tile, "
             f"{'[k][m]' if plan.transpose_a else '[m][k]'} */",
             f"#define PT_A_TILE PT_ROUND8({rows} * PT_LDA)",
@@ -143,6 +143,15 @@ def derived_macros(plan: Plan) -> list[str]:
         ]
     lines.append(f"#define PT_KSTEP {_or(plan.shared, 'PT_TK', '1')}")
     return lines
+
+
+def _pad(plan: Plan) -> str:
+    """Elements that pad each shared row: OFFSET_AMOUNT (offset), 8 for cooperative
+    matrices (16 bytes of halves: their rows stay 16-byte aligned, as the driver's
+    matrix loads want, and start in different banks), else 0."""
+    if plan.coopmat:
+        return "8 /* cooperative-matrix: 16 bytes */"
+    return _or(plan.padded, "OFFSET_AMOUNT", "0")
 
 
 def _buffers(plan: Plan) -> str:
