@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,13 +20,14 @@ from peak_tune.backends._hlsl_compile import (
     compile_spirv,
     find_compiler,
     find_optimizer,
+    needs_slang,
 )
 from peak_tune.backends.base import EvalConfig, EvalRequest
 from peak_tune.backends.hlsl import HlslBackend
 from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext, ProblemSize
-from peak_tune.errors import ApplyError, BackendUnavailable, InvalidPoint
+from peak_tune.errors import ApplyError, BackendUnavailable, InvalidPoint, WrongResult
 from tests.backends.test_hlsl_toolchain import COMPILERS_HERE, _no_vulkan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +52,9 @@ COOPMAT_SEQUENCES = (
 )
 COOPMAT_PARAMS = {"BLOCK_M": 64, "BLOCK_N": 128, "TILE_K_SIZE": 32, "WAVES_M": 2,
                   "WAVES_N": 2, "SWIZZLE_GROUP": 4}
+# lavapipe, with the matrices emulated: 2 subgroups, 1 x 2 tiles of 16 x 16 each
+COOPMAT_SMALL = {"BLOCK_M": 32, "BLOCK_N": 32, "TILE_K_SIZE": 16, "WAVES_M": 2,
+                 "WAVES_N": 1, "SWIZZLE_GROUP": 2}
 
 
 @pytest.fixture(scope="module")
@@ -244,8 +249,11 @@ def test_cooperative_matrix_replaces_the_simt_tiles_where_the_device_has_them(ca
     first = shaders[0]
     assert "using namespace linalg;" in first.source
     assert "acc[i][j] = coopMatMulAdd<float, false>(a[i], b[j], acc[i][j]);" in first.source
-    assert "TileA.Load<CoopMatMatrixLayout::RowMajor>(pt_smem, as + (wr + 16 * i) * PT_LDA" \
-        in first.source
+    # tiles in groupshared uint4 (8 halves each), copied 16 bytes at a time
+    assert "TileA.Load<CoopMatMatrixLayout::RowMajor>(pt_smem4, (as + (wr + 16 * i) * PT_LDA" \
+        " + kk) / 8, PT_LDA / 8);" in first.source
+    assert "if (full) return A8[off / 8];" in first.source
+    assert "#define PT_PAD 8" in first.source  # rows off each other's banks
     assert "if (r < M && c < N) C[r * N + c] = pt_out[slot + e];" in first.source
     assert {"WAVES_M", "WAVES_N"} <= {p.name for p in first.params}
     assert "BLOCK_M % (16 * WAVES_M) == 0" in first.constraints
@@ -262,6 +270,61 @@ def test_cooperative_matrix_replaces_the_simt_tiles_where_the_device_has_them(ca
         applier.apply(threads, step, h200)
     with pytest.raises(InvalidPoint, match="coopmat and transpose_a exclude each other"):
         applier.apply(first, catalog.transformation("transpose"), h200)
+
+
+# the cooperative-matrix calls and what the emulation puts in their place
+_EMULATED = ((r"TileA\.Load<CoopMatMatrixLayout::RowMajor>\(pt_smem4, ", "emu_load("),
+             (r"TileB\.Load<CoopMatMatrixLayout::RowMajor>\(pt_smem4, ", "emu_load("),
+             (r"coopMatMulAdd<float, false>\(", "emu_mma("),
+             (r"acc\[i\]\[j\] = Sum\(0\.0\);", "acc[i][j] = emu_zero(wave, i, j);"),
+             (r"Out\((.+?)\)\.Store<CoopMatMatrixLayout::RowMajor>\(pt_out, ", r"emu_store(\1, "),
+             (r"using namespace linalg;\n(typealias \w+ = CoopMat<.*>;\n)+", ""))
+EMULATION = (ROOT / "tests" / "fixtures" / "hlsl" / "coopmat_emulation.slang").read_text()
+
+
+def emulated(source: str) -> str:
+    """`source` with its cooperative matrices emulated lane by lane (the fixture)."""
+    for pattern, replacement in _EMULATED:
+        source, count = re.subn(pattern, replacement, source)
+        assert count, f"the shader has no {pattern}: the emulation is out of date"
+    assert not needs_slang(source.replace("linalg", "")), "a cooperative-matrix call is left"
+    return source.replace("[numthreads(", EMULATION + "\n[numthreads(", 1)
+
+
+@needs_vulkan
+@pytest.mark.hlsl
+@pytest.mark.parametrize("sequence", COOPMAT_SEQUENCES, ids=lambda s: " > ".join(s[2:]))
+def test_cooperative_matrix_variants_give_c_with_the_matrices_emulated(catalog, lavapipe,
+                                                                       sequence, tmp_path):
+    """The copies into the groupshared uint4 tiles (16-byte loads inside the matrix,
+    gathered and packed pieces at its edges and for rows of odd length), the tiles'
+    offsets and strides in uint4, register staging, and the epilogue give C = A x B:
+    on lavapipe, with each cooperative-matrix call done by every lane in full."""
+    try:
+        find_compiler("slang")
+    except BackendUnavailable as exc:
+        pytest.skip(f"no slang to build the cooperative-matrix variants with: {exc}")
+    context = applied(catalog, catalog.device("h200"), sequence)
+    device = dataclasses.replace(lavapipe, facts={**lavapipe.facts, "hlsl_compiler": "slang"})
+    params = {k: v for k, v in COOPMAT_SMALL.items() if k in {p.name for p in context.params}}
+    # 64 x 72 x 80: rows of whole pieces; 13 x 11 x 17: every piece gathered
+    checks = (*CHECKS, ProblemSize.of({"M": 40, "N": 24, "K": 48}))
+    with HlslBackend(device) as backend:
+        backend.probe()
+
+        def run(source: str) -> float:
+            shader = dataclasses.replace(context, source=source)
+            artifact = backend.compile(shader, params, "float16", str(tmp_path))
+            return backend.evaluate(artifact, EvalRequest(
+                spec=catalog.spec("matmul"), context=shader, params=params, dtype="float16",
+                size=SIZE, check_sizes=checks, config=CONFIG)).gflops
+
+        assert run(emulated(context.source)) > 0
+        # the check can fail: a 16-byte load one piece off is caught
+        misread = emulated(context.source).replace("return A8[off / 8];",
+                                                   "return A8[off / 8 + 1];")
+        with pytest.raises(WrongResult):
+            run(misread)
 
 
 @pytest.mark.hlsl

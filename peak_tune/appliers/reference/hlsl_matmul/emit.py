@@ -32,6 +32,7 @@ from peak_tune.appliers.reference.cuda_matmul.emit_copy import operands
 from peak_tune.appliers.reference.cuda_matmul.geometry import derived_macros, macros_used
 from peak_tune.appliers.reference.cuda_matmul.plan import Plan
 
+from .coopmat_copy import emit_coopmat_copy_helpers, smem_unit
 from .copy import copy_call, emit_copy_helpers, put_call
 from .writer import HlslWriter
 
@@ -112,7 +113,9 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
     writer.line("")
     if plan.coopmat:
         _coopmat_types(writer)
-    if plan.shared:
+    if plan.shared and plan.coopmat:
+        emit_coopmat_copy_helpers(writer, plan)
+    elif plan.shared:
         emit_copy_helpers(writer, plan)
 
 
@@ -207,12 +210,15 @@ def _coopmat_tile(writer: HlslWriter, a_tile: str, b_tile: str) -> None:
     with writer.block("for (int kk = 0; kk < PT_TK; kk += 16)"):
         writer.line("TileA a[PT_CM_M];")
         writer.line("TileB b[PT_CM_N];")
+        # pt_smem4's uint4 hold 8 elements: offsets and strides in uint4
+        a_at = smem_unit(f"{a_tile} + (wr + 16 * i) * PT_LDA + kk")
+        b_at = smem_unit(f"{b_tile} + kk * PT_LDB + wc + 16 * j")
         with writer.unrolled("i", "PT_CM_M"):
-            writer.line(f"a[i] = TileA.Load<CoopMatMatrixLayout::RowMajor>(pt_smem, {a_tile} "
-                        "+ (wr + 16 * i) * PT_LDA + kk, PT_LDA);")
+            writer.line(f"a[i] = TileA.Load<CoopMatMatrixLayout::RowMajor>(pt_smem4, {a_at}, "
+                        "PT_LDA / 8);")
         with writer.unrolled("j", "PT_CM_N"):
-            writer.line(f"b[j] = TileB.Load<CoopMatMatrixLayout::RowMajor>(pt_smem, {b_tile} "
-                        "+ kk * PT_LDB + wc + 16 * j, PT_LDB);")
+            writer.line(f"b[j] = TileB.Load<CoopMatMatrixLayout::RowMajor>(pt_smem4, {b_at}, "
+                        "PT_LDB / 8);")
         with writer.unrolled("i", "PT_CM_M"), writer.unrolled("j", "PT_CM_N"):
             writer.line("acc[i][j] = coopMatMulAdd<float, false>(a[i], b[j], acc[i][j]);")
 
@@ -256,7 +262,8 @@ def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
         return
     if not plan.double_buffer:
         writer.line("const int as = PT_STAGE(0), bs = as + PT_A_TILE;")
-    writer.line("DTYPE ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
+    staged = "uint4" if plan.coopmat else "DTYPE"  # cooperative matrices: 16-byte pieces
+    writer.line(f"{staged} ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
     with writer.block("if (k_lo < k_hi)"):
         writer.lines(copy_call(a, "fetch", "ra", "k_lo", vec, edge),
                      copy_call(b, "fetch", "rb", "k_lo", vec, edge))
