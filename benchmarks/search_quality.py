@@ -39,6 +39,8 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     "random+polish": {"sampler": "random"},
     "tpe": {"sampler": "tpe", "polish": 0.0, "branch_start": False},
     "default": {},
+    "tpe-ordinal": {"sampler": "tpe-ordinal", "polish": 0.0, "branch_start": False},
+    "default-ordinal": {"sampler": "tpe-ordinal"},  # the default with ordered values
     "cmaes": {"sampler": "cmaes", "polish": 0.0, "branch_start": False},
     "gp": {"sampler": "gp", "polish": 0.0, "branch_start": False},  # needs PyTorch
 }

@@ -33,7 +33,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["FixedFirst", "HistoryWindow", "ParamRoles", "SequenceFirst"]
+__all__ = ["FixedFirst", "Forwarding", "HistoryWindow", "ParamRoles", "SequenceFirst"]
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 _UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
@@ -51,7 +51,7 @@ class ParamRoles(Protocol):
         ...
 
 
-class _Forwarding(BaseSampler):
+class Forwarding(BaseSampler):
     """A sampler that hands every call to `inner`; subclasses change what they need."""
 
     def __init__(self, inner: BaseSampler) -> None:
@@ -83,7 +83,7 @@ class _Forwarding(BaseSampler):
         self.inner.reseed_rng()
 
 
-class HistoryWindow(_Forwarding):
+class HistoryWindow(Forwarding):
     """`inner` samples from the best `keep_best` completed trials, the latest
     `keep_recent` finished ones and every running or waiting one."""
 
@@ -198,11 +198,13 @@ class _WindowedStudy:
 def _decomposes_in_groups(sampler: BaseSampler) -> bool:
     """TPE with group=True: its group decomposition only ever refines, so a parameter set
     it has been given once never changes it again."""
+    while isinstance(sampler, Forwarding):  # e.g. search.ordered's view in between
+        sampler = sampler.inner
     return isinstance(sampler, optuna.samplers.TPESampler) and bool(
         getattr(sampler, "_group", False))
 
 
-class SequenceFirst(_Forwarding):
+class SequenceFirst(Forwarding):
     """Relative sampling in two steps: the sequence choice, then only the parameters
     `roles` says the chosen sequence uses. A parameter skipped here that the trial still
     suggests (a repair kept a step) is sampled on its own, as any new parameter is."""
@@ -220,7 +222,7 @@ class SequenceFirst(_Forwarding):
         return {**choices, **(self.inner.sample_relative(study, trial, rest) if rest else {})}
 
 
-class FixedFirst(_Forwarding):
+class FixedFirst(Forwarding):
     """No relative sampling for a trial that was enqueued with fixed parameters (drawn
     by the sampler process, a polisher's neighbour, a warm start): a value it lacks is
     sampled on its own. Without this, one such value made `inner` draw every group of

@@ -8,33 +8,35 @@ import optuna
 
 from peak_tune.errors import UserError
 from peak_tune.search.focus import HistoryWindow, ParamRoles, SequenceFirst
+from peak_tune.search.ordered import OrderedValues
 
 __all__ = ["SAMPLERS", "make_sampler", "is_multi_objective"]
 
-SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2")
+SAMPLERS = ("tpe", "tpe-ordinal", "random", "cmaes", "gp", "nsga2")
 
 
-def _tpe(seed: int | None) -> optuna.samplers.BaseSampler:
+def _tpe(seed: int | None, ordered: bool = False) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():  # multivariate, group and constant_liar are "experimental"
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return _tpe_sampler(seed)
+        return _tpe_sampler(seed, ordered)
 
 
-def _tpe_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+def _tpe_sampler(seed: int | None, ordered: bool) -> optuna.samplers.BaseSampler:
     # multivariate + group: sequences switch parameters on and off (conditional spaces);
     # constant_liar keeps parallel workers from drawing the same point; the history
     # window keeps an ask from growing slower with every trial (peak_tune.search.focus).
-    return HistoryWindow(optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10,
-    ))
+    tpe = optuna.samplers.TPESampler(
+        seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10)
+    return HistoryWindow(OrderedValues(tpe) if ordered else tpe)
 
 
 def make_sampler(name: str, seed: int | None,
                  roles: ParamRoles | None = None) -> optuna.samplers.BaseSampler:
     """`roles` (the sequence encoding) lets TPE draw the sequence first and then only
     the values that sequence uses."""
-    if name == "tpe":
-        return _tpe(seed) if roles is None else SequenceFirst(_tpe(seed), roles)
+    if name in ("tpe", "tpe-ordinal"):
+        tpe = _tpe(seed, ordered=name == "tpe-ordinal")
+        return tpe if roles is None else SequenceFirst(tpe, roles)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":
