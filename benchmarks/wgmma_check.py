@@ -1,7 +1,8 @@
 """The wgmma transformation on this machine's Hopper GPU, side by side with cuBLAS.
 
 Builds the reference applier's wgmma sequence, with warp-specialize, and each of the two
-with address-hoisting or tma (`--kernels`), at the same hand-picked tuning points
+with address-hoisting or tma, and the persistent kernels (`--kernels`; a persistent one
+has one block per SM walking the output tiles), at the same hand-picked tuning points
 (`--points N`: the first N),
 then compiles, validates (the spec's check sizes and the small odd ones of
 cuda_reference_check: 1x1x1, 31x17x5, 130x129x2) and times each through the CUDA backend
@@ -47,7 +48,11 @@ SPECIALISED = (*WGMMA[:-1], "warp-specialize", "block-swizzle")
 # timed side by side at every point, by the prefix of their rows' names
 KERNELS = {"": WGMMA, "ws ": SPECIALISED, "hoisted ": (*WGMMA, "address-hoisting"),
            "ws hoisted ": (*SPECIALISED, "address-hoisting"), "tma ": (*WGMMA, "tma"),
-           "ws tma ": (*SPECIALISED, "tma")}
+           "ws tma ": (*SPECIALISED, "tma"),
+           # persistent: one block per SM walks the output tiles
+           "persistent ": (*SPECIALISED, "persistent"),
+           "persistent tma ": (*SPECIALISED, "tma", "persistent"),
+           "persistent tma hoisted ": (*SPECIALISED, "tma", "address-hoisting", "persistent")}
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
         "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1}
 POINTS = (  # overrides of BASE, timed at --size; --points N times the first N
@@ -90,6 +95,10 @@ VALIDATE_ONLY = (  # (label, sequence, overrides): odd sizes only
      {"BLOCK_N": 128, "WGMMA_N": 128}),
     ("specialised tma hoisted 256x128 TK128", KERNELS["ws tma "] + ("address-hoisting",),
      {"BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 128, "TILE_K_SIZE": 128, "NUM_STAGES": 3}),
+    ("persistent 64x64 3 stages", KERNELS["persistent "],
+     {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 3}),
+    ("persistent tma 64x64 3 stages", KERNELS["persistent tma "],
+     {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 3}),
 )
 
 

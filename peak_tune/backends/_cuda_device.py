@@ -80,6 +80,7 @@ class _State:
     stream: Any = None  # every copy, launch and event of this process goes here
     flush: Any = None  # device buffer twice the L2 size
     shared_limit: int = 0  # bytes of shared memory a block may opt in to
+    multiprocessors: int = 0  # SMs (CUDA) or compute units (ROCm): launch name SMS
     seed_base: int = 0  # secret: every seed of this process is base + an offset
     round: int = 0  # runs so far: picks the poison byte
     fenced: FencedBlocks | None = None  # None: plain allocations (no VMM in this driver)
@@ -112,6 +113,7 @@ def cupy_module() -> Any:
         # ROCm's properties may lack the opt-in figure: a block's LDS is the limit there
         state.shared_limit = int(props.get("sharedMemPerBlockOptin")
                                  or props["sharedMemPerBlock"])
+        state.multiprocessors = int(props["multiProcessorCount"])
         state.seed_base = secret_seed()
         fenced = FencedBlocks(cupy.cuda.runtime.getDevice())
         state.fenced = fenced if fenced.available else None

@@ -4,7 +4,9 @@
 tuning parameters (peak_tune.expr): grid_x, grid_y, grid_z, block_x, block_y, block_z
 and shared_bytes (dynamic shared memory). grid_x and block_x are required; the other
 extents default to 1 and shared_bytes to 0. A geometry the device cannot launch (too
-many threads, too much shared memory) is an InvalidPoint: pruned, not an error.
+many threads, too much shared memory) is an InvalidPoint: pruned, not an error. Besides
+the sizes and parameters an expression may name what the running device is (DEVICE_NAMES:
+`SMS`, its multiprocessor count, for a persistent kernel's grid of one block per SM).
 
 `tma_<BUFFER>` asks for a TMA tensor map of a 2-D buffer: "ROWS, COLS, SWIZZLE", the box
 (rows x columns of elements) one cp.async.bulk.tensor moves and the shared-memory swizzle
@@ -22,13 +24,15 @@ from dataclasses import dataclass
 from peak_tune.errors import CompileError, ExpressionError, InvalidPoint
 from peak_tune.expr import evaluate_int, names_in
 
-__all__ = ["LAUNCH_KEYS", "TMA_PREFIX", "Geometry", "TensorMapBox", "check_launch",
+__all__ = ["DEVICE_NAMES", "LAUNCH_KEYS", "TMA_PREFIX", "Geometry", "TensorMapBox", "check_launch",
            "evaluate_launch", "geometry_fits", "tensor_map_boxes"]
 
 LAUNCH_KEYS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_bytes")
 _REQUIRED = ("grid_x", "block_x")
 _DEFAULTS = {"grid_y": "1", "grid_z": "1", "block_y": "1", "block_z": "1", "shared_bytes": "0"}
 TMA_PREFIX = "tma_"
+# names a launch expression may use that the device worker sets from the device it runs on
+DEVICE_NAMES = ("SMS",)  # multiprocessors (CUDA SMs, AMD compute units)
 _TMA_SWIZZLES = (0, 32, 64, 128)
 _TMA_BOX_LIMIT = 256  # elements per box dimension
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -64,7 +68,7 @@ class Geometry:
 def check_launch(launch: Mapping[str, str], names: set[str] | None) -> None:
     """CompileError unless every required key is there, no key is unknown and every
     expression parses and uses only `names` (the size symbols and the tuning parameters;
-    None: any name)."""
+    None: any name) and DEVICE_NAMES."""
     if not launch:
         raise CompileError("compile error: the variant has no launch geometry (KernelContext."
                            "launch needs grid_x, block_x, ...) for the CUDA backend")
@@ -82,9 +86,10 @@ def check_launch(launch: Mapping[str, str], names: set[str] | None) -> None:
             free = set().union(*(names_in(part) for part in parts))
         except ExpressionError as exc:
             raise CompileError(f"compile error: launch {key}: {exc}") from exc
-        if names is not None and free - names:
+        unknown_names = free - names - set(DEVICE_NAMES) if names is not None else set()
+        if unknown_names:
             raise CompileError(f"compile error: launch {key} = {text!r} uses unknown "
-                               f"name(s) {sorted(free - names)}")
+                               f"name(s) {sorted(unknown_names)}")
 
 
 def _is_tma_key(key: str) -> bool:

@@ -186,7 +186,7 @@ def _kernel_binder(
     attributes = _attributes(function)
 
     def bind(device: DeviceProblem) -> Call:
-        names = {**device.size.as_dict(), **params}
+        names = {**device.size.as_dict(), **params, "SMS": state.multiprocessors}
         geometry = evaluate_launch(launch, names)
         geometry_fits(geometry, attributes["max_threads_per_block"],
                       attributes["shared_static_bytes"], state.shared_limit)

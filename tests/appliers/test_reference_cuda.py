@@ -70,7 +70,7 @@ def _violations(context: KernelContext, values: Mapping[str, int], shared_kib: f
     the block exceeds the thread and shared-memory limits (so single steps can improve)."""
     broken = float(sum(not evaluate_bool(c, values) for c in context.constraints))
     try:
-        shape = evaluate_launch(context.launch, {**SIZES, **values})
+        shape = evaluate_launch(context.launch, {**SIZES, **values, "SMS": 132})
     except InvalidPoint:
         return broken + 100.0
     threads, shared = shape.threads / 1024, shape.shared_bytes / (shared_kib * 1024 - 64)

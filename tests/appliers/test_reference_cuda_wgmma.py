@@ -372,3 +372,55 @@ def test_ptxas_refusing_an_instruction_for_registers_is_an_invalid_point(
     with pytest.raises(InvalidPoint, match=r"128 registers a thread .* fewer than one "
                                            r"instruction needs"):
         CudaBackend(h200).compile(context, point, "float16", str(tmp_path))
+
+
+# ------------------------------------------------------------------ persistent
+
+PERSISTENT = {"persistent": (*SPECIALISED, "persistent"),
+              "persistent tma hoisted": (*SPECIALISED, "tma", "address-hoisting", "persistent")}
+_TILE_LOOP = "for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x)"
+
+
+def test_persistent_blocks_walk_the_output_tiles_one_block_per_sm(cuda_catalog, cuda_seed,
+                                                                   h200):
+    context = build(cuda_seed, PERSISTENT["persistent tma hoisted"], cuda_catalog, h200)
+    kernel = context.source.split('extern "C"')[1]
+    # the TMA issuer, the cp.async producer and the MMA warpgroups walk the same tiles
+    assert kernel.count(_TILE_LOOP) == 3
+    assert "blockIdx.y" not in kernel
+    assert kernel.count("for (int t = 0; t < tiles; ++t, ++it)") == 3
+    assert "pt_bar_wait(&pt_full[it % PT_STAGES], (it / PT_STAGES) & 1);" in kernel
+    # the output tile's last stage is released for the next tile's copies
+    assert "if (tiles > 0 && wl % 32 == 0) pt_bar_arrive(&pt_empty[(it - 1) % PT_STAGES]);" \
+        in kernel
+    consumers = kernel.split("pt_cp_wait_all(); // the copies land")[1]
+    assert consumers.index(_TILE_LOOP) < consumers.index("acc[i] = 0.f;")  # per tile
+    for size, blocks in ((4096, 132), (512, 8)):  # 128 x 256 tiles
+        point = {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4}
+        shape = evaluate_launch(context.launch, {**point, "M": size, "N": size, "K": size,
+                                                 "SMS": 132})
+        assert shape.grid == (blocks, 1, 1)
+        assert shape.block == (128 * 3, 1, 1)  # unchanged: 2 MMA warpgroups + the producer
+
+
+def test_persistent_needs_the_producer_and_excludes_split_k(cuda_catalog, cuda_seed, h200):
+    with pytest.raises(InvalidPoint, match="warp-specialize"):
+        build(cuda_seed, (*WGMMA, "persistent"), cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="split"):
+        build(cuda_seed, (*PERSISTENT["persistent"], "split-k"), cuda_catalog, h200)
+    plan = Plan(shared=True, mma=True, stages=True, vector_a=True, vector_b=True, wgmma=True,
+                producer=True, persistent=True)
+    assert load_plan(dump_plan(plan)) == plan
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kernel", list(PERSISTENT))
+@pytest.mark.parametrize("point", [
+    {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4},
+    {**POINT, "NUM_STAGES": 3}], ids=_shape)
+def test_persistent_kernels_build_for_sm_90a_without_local_memory(
+    kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    context = build(cuda_seed, PERSISTENT[kernel], cuda_catalog, h200)
+    artifact = CudaBackend(h200).compile(context, point, "float16", str(tmp_path))
+    assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0

@@ -20,7 +20,12 @@ import pytest
 
 from peak_tune.backends import make_backend
 from peak_tune.backends._cuda_device import Timing
-from peak_tune.backends._cuda_launch import TensorMapBox, evaluate_launch, tensor_map_boxes
+from peak_tune.backends._cuda_launch import (
+    TensorMapBox,
+    check_launch,
+    evaluate_launch,
+    tensor_map_boxes,
+)
 from peak_tune.backends._cuda_tma import TensorMapLayout, layout_for
 from peak_tune.backends._nvrtc import (
     compile_cubin,
@@ -309,6 +314,16 @@ def test_a_users_own_cuda_seed_builds_from_its_catalog_folder(
 
 
 # ---------------------------------------------------------------- launch geometry
+
+
+def test_launch_expressions_may_name_the_running_devices_sms_and_nothing_else() -> None:
+    persistent = {**LAUNCH, "grid_x": "min(ceil_div(M, TILE) * ceil_div(N, TILE), SMS)"}
+    check_launch(persistent, {"M", "N", "K", "TILE"})
+    shape = evaluate_launch(persistent, {"M": 4096, "N": 4096, "K": 8, "TILE": 16,
+                                         "SMS": 132})
+    assert shape.grid[0] == 132
+    with pytest.raises(CompileError, match=r"unknown name\(s\) \['CORES'\]"):
+        check_launch({**LAUNCH, "grid_x": "CORES"}, {"M", "N", "K", "TILE"})
 
 
 @needs_nvrtc

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from peak_tune.appliers.base import derive_child
 from peak_tune.backends import capabilities, first_error
+from peak_tune.backends._cuda_launch import DEVICE_NAMES
 from peak_tune.catalog.loaders import SHADER_GROUP_NAMES
 from peak_tune.catalog.types import DeviceProfile, Pass, Transformation
 from peak_tune.core import KernelContext
@@ -253,6 +254,8 @@ class LLMApplier:
             keys, required = launch_keys(current.backend)
             if current.backend == "hlsl":
                 names |= SHADER_GROUP_NAMES  # the shader's numthreads
+            else:
+                names |= set(DEVICE_NAMES)  # the running device's (SMS), as the worker's
             return current.source, parse_launch(reply, names, keys, required)
         source = merge_reply(current.source, step.region, code_block(reply))
         require_signature(parent.source, source, parent.entry)

@@ -33,13 +33,14 @@ __all__ = [
 # every parameter live) and one that fails goes back to the model with what was wrong,
 # so an earlier version's accepted children are not this one's. 4: the prompt says how
 # the kernel is built (compiler, flags, macros) and at which sizes it is checked.
-PROMPT_VERSION = 4
+PROMPT_VERSION = 5
 LAUNCH_KEYS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_bytes")
 # An HLSL shader's thread group is its own [numthreads] (group_x, group_y, group_z in the
 # expressions): its launch is the grid of groups alone.
 SHADER_LAUNCH_KEYS = ("grid_x", "grid_y", "grid_z")
 _REQUIRED = ("grid_x and block_x are required; missing extents are 1 and missing "
-             "shared_bytes (dynamic shared memory in bytes) is 0.")
+             "shared_bytes (dynamic shared memory in bytes) is 0. Expressions may also use "
+             "SMS, the running device's multiprocessor count.")
 _SHADER_REQUIRED = ("grid_x is required; missing extents are 1. The thread group is the "
                     "shader's [numthreads(...)]: expressions may also use its extents "
                     "group_x, group_y and group_z.")

@@ -55,9 +55,10 @@ def emit_source(plan: Plan, entry: str) -> str:
         signature = _SIGNATURE[:-1] + _TMA_PARAMETERS if plan.tma else _SIGNATURE
         with writer.block(f'extern "C" __global__ void '
                           f'{bounds or "__launch_bounds__(PT_THREADS) "}{entry}{signature}'):
-            _block_position(writer, plan)
+            if not plan.persistent:  # persistent: per output tile, inside its loop
+                _block_position(writer, plan)
             _k_range(writer, plan)
-            emit_wgmma_kernel(writer, plan)
+            emit_wgmma_kernel(writer, plan, lambda: _block_position(writer, plan, "tile"))
         return writer.text()
     if plan.mfma and not bounds:  # registers for PT_THREADS, not for 1024 threads
         bounds = "__launch_bounds__(PT_THREADS) "
@@ -144,8 +145,22 @@ def _static_checks(writer: CodeWriter, plan: Plan) -> None:
                     '"warps must tile the thread grid");')
 
 
-def _block_position(writer: CodeWriter, plan: Plan) -> None:
-    if plan.swizzle:
+def _block_position(writer: CodeWriter, plan: Plan, tile: str = "") -> None:
+    """bm, bn: where the block's tile of C lies; of output tile number `tile` (of
+    tiles_m x tiles_n, row by row) in a persistent kernel, else of this block."""
+    if tile:
+        if plan.swizzle:
+            writer.lines(
+                "// block-swizzle: consecutive tiles walk SWIZZLE_GROUP block rows column by",
+                "// column, so the A rows and B columns they read stay in L2.",
+                "const int group = SWIZZLE_GROUP * tiles_n;",
+                f"const int first_m = {tile} / group * SWIZZLE_GROUP;",
+                "const int rows = min(tiles_m - first_m, SWIZZLE_GROUP);",
+                f"const int block_m = first_m + {tile} % group % rows, "
+                f"block_n = {tile} % group / rows;")
+        else:
+            writer.line(f"const int block_m = {tile} / tiles_n, block_n = {tile} % tiles_n;")
+    elif plan.swizzle:
         writer.lines(
             "// block-swizzle: consecutive blocks walk SWIZZLE_GROUP block rows column by",
             "// column, so the A rows and B columns they read stay in L2.",

@@ -19,12 +19,21 @@ empty again (the MMAs that read it are done), instead of two __syncthreads per K
 On the H200 it measured slower than the plain kernel (2026-11-30-h200-wgmma-2.json):
 one warpgroup issuing 16-byte cp.async copies cannot keep up; TMA would.
 
+With persistent (plan.persistent, after warp-specialize) the grid has one block per SM
+and each block computes output tiles blockIdx.x, + gridDim.x, ... in turn; `it` counts
+the K tiles of all of them, which go through the stages in turn (K tile `it` in stage
+it % PT_STAGES, phase it / PT_STAGES of its barriers), so the producer fills the next
+output tile's stages while the MMA warpgroups store this one.
+
 With address-hoisting (plan.hoisted) a tile wholly inside its matrix is copied from each
 thread's first chunk of it, one add per further chunk (pt_wg_copy_inside), instead of
 the checked copy's index arithmetic per chunk; edge tiles keep the checked copy.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from .emit_compute import emit_split_k_release, emit_split_k_wait
 from .emit_wgmma_text import MBARRIER, PREAMBLE, PRODUCER, TMA, WGMMA_SHAPES, wgmma_function
@@ -233,15 +242,48 @@ def _barriers(writer: CodeWriter, plan: Plan) -> None:
     writer.line("__syncthreads(); // the barriers are initialised for every warp")
 
 
-def _tma_producer_loop(writer: CodeWriter) -> None:
+Position = Callable[[], None]  # prints bm, bn of output tile `tile` (persistent)
+
+
+def _count(plan: Plan) -> str:
+    """The K tiles' running count, by which the stages and their phases go."""
+    return "it" if plan.persistent else "t"
+
+
+def _k_tiles(plan: Plan) -> str:
+    """The loop over the K tiles of the block's (current) output tile."""
+    more = ", ++it" if plan.persistent else ""
+    return f"for (int t = 0; t < tiles; ++t{more})"
+
+
+@contextmanager
+def _output_tiles(writer: CodeWriter, plan: Plan, position: Position) -> Iterator[None]:
+    """persistent: what the body prints, once per output tile of this block."""
+    if not plan.persistent:
+        yield
+        return
+    with writer.block("for (int tile = blockIdx.x; tile < tiles_m * tiles_n; "
+                      "tile += gridDim.x)"):
+        position()
+        yield
+
+
+def _wait_for_stage(plan: Plan) -> list[str]:
+    """The producer's wait until stage s is empty again (its MMAs of PT_STAGES K tiles
+    back are done)."""
+    n = _count(plan)
+    return [f"const int s = {n} % PT_STAGES;",
+            f"if ({n} >= PT_STAGES) pt_bar_wait(&pt_empty[s], ({n} / PT_STAGES + 1) & 1);"]
+
+
+def _tma_producer_loop(writer: CodeWriter, plan: Plan, position: Position) -> None:
     writer.line("// the producer's first thread: tile t into stage t % PT_STAGES by TMA once "
                 "the MMAs of tile t - PT_STAGES are done")
     with writer.block("if (wl == 0)"):
         writer.lines("pt_tma_acquire(tma_A);", "pt_tma_acquire(tma_B);")
-        with writer.block("for (int t = 0; t < tiles; ++t)"):
+        with _output_tiles(writer, plan, position), writer.block(_k_tiles(plan)):
             writer.lines(
-                "const int s = t % PT_STAGES;",
-                "if (t >= PT_STAGES) pt_bar_wait(&pt_empty[s], (t / PT_STAGES + 1) & 1);",
+                *_wait_for_stage(plan),
                 "pt_tma_tiles(PT_STAGE(s), tma_A, tma_B, bm, bn, k_lo + t * PT_TK, "
                 "&pt_full[s]);")
 
@@ -269,12 +311,11 @@ def _tma_k_loop(writer: CodeWriter, plan: Plan) -> None:
     writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
 
 
-def _producer_loop(writer: CodeWriter, plan: Plan) -> None:
+def _producer_loop(writer: CodeWriter, plan: Plan, position: Position) -> None:
     writer.line("// the producer: tile t into stage t % PT_STAGES once its MMAs of tile "
                 "t - PT_STAGES are done")
-    with writer.block("for (int t = 0; t < tiles; ++t)"):
-        writer.line("const int s = t % PT_STAGES;")
-        writer.line("if (t >= PT_STAGES) pt_bar_wait(&pt_empty[s], (t / PT_STAGES + 1) & 1);")
+    with _output_tiles(writer, plan, position), writer.block(_k_tiles(plan)):
+        writer.lines(*_wait_for_stage(plan))
         if plan.hoisted:
             writer.line("bool plain = false;")
             _hoisted_copies(writer, "s", "k_lo + t * PT_TK", "wl", "plain |= ")
@@ -342,41 +383,54 @@ __device__ __forceinline__ void pt_wg_copy_inside(DTYPE *__restrict__ s,
 """
 
 
-def _consumer_loop(writer: CodeWriter) -> None:
+def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
+    n = _count(plan)
     writer.line("// the MMA warpgroups: each tile once it is full; the stage before it is "
                 "released")
     writer.line("// once its MMAs are done (one group stays in flight)")
-    with writer.block("for (int t = 0; t < tiles; ++t)"):
+    with writer.block(_k_tiles(plan)):
         writer.lines(
-            "pt_bar_wait(&pt_full[t % PT_STAGES], (t / PT_STAGES) & 1);",
+            f"pt_bar_wait(&pt_full[{n} % PT_STAGES], ({n} / PT_STAGES) & 1);",
             "pt_fence_async_smem(); // the landed tile is visible to the tensor cores",
-            "const DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
+            f"const DTYPE *const as = PT_STAGE({n} % PT_STAGES), *const bs = as + PT_A_TILE;")
         _mma_tile(writer)
         writer.lines("pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
                      "pt_wg_fence_acc(acc);",
-                     "if (t > 0 && wl % 32 == 0) pt_bar_arrive(&pt_empty[(t - 1) % PT_STAGES]);")
+                     f"if (t > 0 && wl % 32 == 0) pt_bar_arrive(&pt_empty[({n} - 1) % "
+                     "PT_STAGES]);")
     writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
+    if plan.persistent:  # the next output tile's copies reuse the last stage too
+        writer.line("if (tiles > 0 && wl % 32 == 0) pt_bar_arrive(&pt_empty[(it - 1) % "
+                    "PT_STAGES]);")
 
 
-def _specialised(writer: CodeWriter, plan: Plan) -> None:
+def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
     """warp-specialize: the last warpgroup copies, the others compute and store."""
     _barriers(writer, plan)
     writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
+    if plan.persistent:
+        writer.lines(
+            "// persistent: this block computes output tiles blockIdx.x, + gridDim.x, ...;",
+            "// `it` counts the K tiles of all of them: K tile `it` is in stage",
+            "// it % PT_STAGES, phase it / PT_STAGES of its barriers",
+            "const int tiles_m = PT_CEIL_DIV(M, BLOCK_M), tiles_n = PT_CEIL_DIV(N, BLOCK_N);",
+            "int it = 0;")
     with writer.block("if (wg == PT_CONSUMERS)"):
         if plan.tma:
             with writer.block("if (pt_tma)"):
-                _tma_producer_loop(writer)
+                _tma_producer_loop(writer, plan, position)
                 writer.line("return;")
-        _producer_loop(writer, plan)
+        _producer_loop(writer, plan, position)
         writer.lines("pt_cp_wait_all(); // the copies land before the producer leaves",
                      "return;")
-    _accumulators(writer)  # only the MMA warpgroups hold them
-    _consumer_loop(writer)
-    if plan.split_k:  # among the MMA warpgroups: the producer has left
-        emit_split_k_wait(writer, plan, "pt_consumers_sync();")
-    _epilogue(writer, plan)
-    if plan.split_k:
-        emit_split_k_release(writer, plan, "pt_consumers_sync();")
+    with _output_tiles(writer, plan, position):
+        _accumulators(writer)  # only the MMA warpgroups hold them
+        _consumer_loop(writer, plan)
+        if plan.split_k:  # among the MMA warpgroups: the producer has left
+            emit_split_k_wait(writer, plan, "pt_consumers_sync();")
+        _epilogue(writer, plan)
+        if plan.split_k:
+            emit_split_k_release(writer, plan, "pt_consumers_sync();")
 
 
 def _accumulators(writer: CodeWriter) -> None:
@@ -385,9 +439,11 @@ def _accumulators(writer: CodeWriter) -> None:
         writer.line("acc[i] = 0.f;")
 
 
-def emit_wgmma_kernel(writer: CodeWriter, plan: Plan) -> None:
+def emit_wgmma_kernel(writer: CodeWriter, plan: Plan, position: Position) -> None:
     """The kernel body after the block position and the K range (bm, bn, k_lo, k_hi);
-    the split-K hand-over, when planned, wraps the epilogue (split_k_wait/release)."""
+    the split-K hand-over, when planned, wraps the epilogue (split_k_wait/release). A
+    persistent kernel has no block position before: `position` prints it per output
+    tile."""
     writer.lines(
         "const int tid = threadIdx.x;",
         "const int wg = tid / 128, wl = tid % 128; // warpgroup, thread in it",
@@ -397,7 +453,7 @@ def emit_wgmma_kernel(writer: CodeWriter, plan: Plan) -> None:
         writer.line("const bool pt_tma = tma_A != nullptr && tma_B != nullptr; "
                     "// the backend could map both")
     if plan.producer:
-        _specialised(writer, plan)
+        _specialised(writer, plan, position)
         return
     _accumulators(writer)
     if plan.tma:

@@ -201,6 +201,8 @@ def smem_elements(plan: Plan) -> str:
 def launch_of(plan: Plan) -> dict[str, str]:
     """KernelContext.launch for the plan (peak_tune.backends._cuda_launch keys)."""
     launch = {"grid_x": "ceil_div(N, BLOCK_N)", "grid_y": "ceil_div(M, BLOCK_M)"}
+    if plan.persistent:  # one block per SM (SMS: the running device's), none idle
+        launch = {"grid_x": "min(ceil_div(M, BLOCK_M) * ceil_div(N, BLOCK_N), SMS)"}
     if plan.split_k:
         launch["grid_z"] = "K_SPLITS"
     if plan.mma or plan.mfma:  # a one-dimensional block of warps / waves

@@ -8,7 +8,8 @@ shader (reference/hlsl_matmul), with the SIMT parts of HLSL_PARTS only.
 After `refactor` the kernel always has the same skeleton, and each transformation
 changes one part of it. The plan records, part by part, what the code looks like:
 
-- block position: plain (blockIdx.x over N, .y over M) or grouped (`swizzle`);
+- block position: plain (blockIdx.x over N, .y over M) or grouped (`swizzle`), or, in a
+  persistent warpgroup kernel (`persistent`), one block per SM walking the output tiles;
 - K range: the whole of K, or one of K_SPLITS slices chosen by blockIdx.z (`split_k`);
 - operands: read from global memory, or staged through shared-memory tiles (`shared`),
   with A stored transposed, rows padded, 16-byte copies per operand, copies staged in
@@ -72,6 +73,7 @@ class Plan:
     producer: bool = False  # warp-specialize: one warpgroup copies, mbarriers hand tiles over
     hoisted: bool = False  # address-hoisting: inside tiles copied from addresses set up once
     tma: bool = False  # tma: whole tiles loaded by the Tensor Memory Accelerator
+    persistent: bool = False  # persistent: one block per SM walks the output tiles
     interior: bool = False  # interior-tiles: blocks inside the matrices copy unchecked
     hip: bool = False  # printed as HIP (the seed was naive.hip), not CUDA: see emit.py
     mfma: bool = False  # mfma: waves compute 32 x 32 MFMA tiles (AMD CDNA, HIP only)
@@ -93,10 +95,10 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
-          "hlsl", "coopmat")
+          "hlsl", "coopmat", "persistent")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
-               "tma")
+               "tma", "persistent")
 # Parts only AMD GPUs have (the MFMA matrix cores of CDNA): only in HIP.
 AMD_ONLY = ("mfma",)
 # The parts an HLSL compute shader has (hlsl_matmul prints them); the rest need pointers,
@@ -153,6 +155,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("producer", "wgmma"),
     ("hoisted", "wgmma"),
     ("tma", "wgmma"),
+    ("persistent", "producer"),
     ("mfma", "shared"),
     ("coopmat", "shared"),
 )
@@ -165,6 +168,7 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("wgmma", "transpose_a"),
     ("wgmma", "padded"),
     ("wgmma", "interior"),  # its copies have their own (address-hoisting)
+    ("persistent", "split_k"),  # its grid walks the output tiles; split-k's, K slices
     ("mfma", "thread_tile"),
     ("mfma", "warp_tile"),
     ("coopmat", "thread_tile"),

@@ -281,6 +281,16 @@ def tma(plan: Plan, device: DeviceProfile) -> Change:
     return Change(plan.but(tma=True), ("BLOCK_M <= 256", "TILE_K_SIZE <= 256"))
 
 
+def persistent(plan: Plan, device: DeviceProfile) -> Change:
+    """One block per SM walks the output tiles; the producer's copies for the next tile
+    run during the MMA warpgroups' epilogue of this one."""
+    if not plan.producer:
+        raise InvalidPoint("persistent needs the producer warpgroup of warp-specialize")
+    _once(plan.persistent, "persistent: the blocks already walk the output tiles")
+    _once(plan.split_k, "persistent walks whole output tiles: it cannot follow split-k")
+    return Change(plan.but(persistent=True))
+
+
 # CDNA targets with the 32 x 32 and 16 x 16 MFMA instructions (mfma_layout)
 _MFMA_ARCHS = ("gfx908", "gfx90a", "gfx940", "gfx941", "gfx942")
 
@@ -378,6 +388,7 @@ RULES: Mapping[str, Rule] = {
     "warp-specialize": warp_specialize,
     "address-hoisting": address_hoisting,
     "tma": tma,
+    "persistent": persistent,
     "mfma": mfma,
     "cooperative-matrix": cooperative_matrix,
 }
