@@ -52,9 +52,11 @@ KERNELS = {"": WGMMA, "ws ": SPECIALISED, "hoisted ": (*WGMMA, "address-hoisting
            # persistent: one block per SM walks the output tiles
            "persistent ": (*SPECIALISED, "persistent"),
            "persistent tma ": (*SPECIALISED, "tma", "persistent"),
-           "persistent tma hoisted ": (*SPECIALISED, "tma", "address-hoisting", "persistent")}
+           "persistent tma hoisted ": (*SPECIALISED, "tma", "address-hoisting", "persistent"),
+           # register-budget: setmaxnreg, PRODUCER_REGS for the producer, the rest the MMAs'
+           "budget tma persistent ": (*SPECIALISED, "tma", "register-budget", "persistent")}
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
-        "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1}
+        "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1, "PRODUCER_REGS": 72}
 POINTS = (  # overrides of BASE, timed at --size; --points N times the first N
     {},
     {"NUM_STAGES": 3},

@@ -424,3 +424,42 @@ def test_persistent_kernels_build_for_sm_90a_without_local_memory(
     context = build(cuda_seed, PERSISTENT[kernel], cuda_catalog, h200)
     artifact = CudaBackend(h200).compile(context, point, "float16", str(tmp_path))
     assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0
+
+
+# ------------------------------------------------------------------ register-budget
+
+BUDGETED = {"budget": (*SPECIALISED, "register-budget"),
+            "budget tma persistent": (*SPECIALISED, "tma", "register-budget", "persistent")}
+
+
+def test_register_budget_moves_the_producers_registers_to_the_mma_warpgroups(
+        cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, BUDGETED["budget tma persistent"], cuda_catalog, h200)
+    kernel = context.source.split('extern "C"')[1]
+    producer, consumers = kernel.split("if (wg == PT_CONSUMERS) {")[1].split(
+        "pt_cp_wait_all(); // the copies land")
+    # the producer warpgroup lowers its budget first, before the TMA issuer branches off
+    assert producer.index("pt_regs_dec<PRODUCER_REGS>();") < producer.index("if (pt_tma)")
+    assert consumers.index("pt_regs_inc<PT_MMA_REGS>();") < consumers.index("acc[i] = 0.f;")
+    assert "setmaxnreg.inc.sync.aligned.u32" in context.source
+    assert "#define PT_MMA_REGS (PT_MMA_FIT < 256 ? PT_MMA_FIT : 256)" in context.source
+    assert [p.name for p in context.params][-1] == "PRODUCER_REGS"  # the tuner's choice
+    with pytest.raises(InvalidPoint, match="warp-specialize"):
+        build(cuda_seed, (*WGMMA, "register-budget"), cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="launch"):
+        build(cuda_seed, (*BUDGETED["budget"], "launch-bounds"), cuda_catalog, h200)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kernel", list(BUDGETED))
+@pytest.mark.parametrize("point", [
+    {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4},
+    {**POINT, "BLOCK_M": 128, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 4}], ids=_shape)
+def test_register_budget_kernels_build_for_sm_90a_without_local_memory(
+    kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    """At 72 registers the producer's cp.async copies fit (at 40 they spill)."""
+    context = build(cuda_seed, BUDGETED[kernel], cuda_catalog, h200)
+    artifact = CudaBackend(h200).compile(context, {**point, "PRODUCER_REGS": 72}, "float16",
+                                         str(tmp_path))
+    assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0

@@ -36,7 +36,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from .emit_compute import emit_split_k_release, emit_split_k_wait
-from .emit_wgmma_text import MBARRIER, PREAMBLE, PRODUCER, TMA, WGMMA_SHAPES, wgmma_function
+from .emit_wgmma_text import (
+    BUDGET,
+    MBARRIER,
+    PREAMBLE,
+    PRODUCER,
+    TMA,
+    WGMMA_SHAPES,
+    wgmma_function,
+)
 from .geometry import BARRIER_BYTES, has_barriers
 from .geometry import WGMMA_ALIGN as _ALIGN
 from .plan import Plan
@@ -109,6 +117,8 @@ def emit_wgmma_helpers(writer: CodeWriter, plan: Plan) -> None:
         writer.raw(MBARRIER)
     if plan.producer:
         writer.raw(PRODUCER)
+    if plan.budget:
+        writer.raw(BUDGET)
     if plan.tma:
         writer.raw(TMA)
     writer.lines("#define PT_ZERO DTYPE(0.0f)", "")
@@ -416,6 +426,8 @@ def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
             "const int tiles_m = PT_CEIL_DIV(M, BLOCK_M), tiles_n = PT_CEIL_DIV(N, BLOCK_N);",
             "int it = 0;")
     with writer.block("if (wg == PT_CONSUMERS)"):
+        if plan.budget:
+            writer.line("pt_regs_dec<PRODUCER_REGS>(); // register-budget: copies need few")
         if plan.tma:
             with writer.block("if (pt_tma)"):
                 _tma_producer_loop(writer, plan, position)
@@ -423,6 +435,8 @@ def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
         _producer_loop(writer, plan, position)
         writer.lines("pt_cp_wait_all(); // the copies land before the producer leaves",
                      "return;")
+    if plan.budget:
+        writer.line("pt_regs_inc<PT_MMA_REGS>(); // register-budget: what the producer gave back")
     with _output_tiles(writer, plan, position):
         _accumulators(writer)  # only the MMA warpgroups hold them
         _consumer_loop(writer, plan)

@@ -92,6 +92,17 @@ __device__ __forceinline__ void pt_consumers_sync() {
     asm volatile("bar.sync 1, %0;\\n" :: "n"(PT_CONSUMERS * 128) : "memory");
 }"""
 
+BUDGET = """\
+// register-budget: the warpgroup's registers per thread set to R, a multiple of 8 (all
+// its threads execute it; ptxas allocates the code after it within R). dec gives
+// registers back to the SM, inc waits until enough are free.
+template <int R> __device__ __forceinline__ void pt_regs_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\\n" :: "n"(R));
+}
+template <int R> __device__ __forceinline__ void pt_regs_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\\n" :: "n"(R));
+}"""
+
 TMA = """\
 // tma: the Tensor Memory Accelerator copies a whole box, a 64-element (128-byte) slab of
 // BLOCK_M or PT_TK rows, swizzled as the stages are, from a tensor map that the backend

@@ -62,6 +62,8 @@ def macros_used(plan: Plan) -> tuple[str, ...]:
         used.append("MIN_BLOCKS_PER_SM")
     if plan.wgmma:
         used.append("WGMMA_N")
+    if plan.budget:
+        used.append("PRODUCER_REGS")
     if plan.mfma or plan.coopmat:
         used += ["WAVES_M", "WAVES_N"]
     if plan.mfma:
@@ -87,6 +89,12 @@ def derived_macros(plan: Plan) -> list[str]:
                   "/* warpgroups of 64 x WGMMA_N that compute */",
                   "#define PT_THREADS (128 * (PT_CONSUMERS + 1)) /* ... and one that copies */",
                   "#define PT_LOADERS 128 /* threads that copy the tiles */"]
+        if plan.budget:
+            lines += [
+                "#define PT_MMA_FIT ((65536 - 128 * PRODUCER_REGS) / (128 * PT_CONSUMERS) "
+                "/ 8 * 8) /* register-budget: what the producer leaves */",
+                "#define PT_MMA_REGS (PT_MMA_FIT < 256 ? PT_MMA_FIT : 256) "
+                "/* ... the MMA warpgroups': the rest of the SM's 64K */"]
     elif plan.wgmma:
         lines += ["#define PT_THREADS (128 * (BLOCK_M / 64) * (BLOCK_N / WGMMA_N)) "
                   "/* wgmma: warpgroups of 64 x WGMMA_N */"]

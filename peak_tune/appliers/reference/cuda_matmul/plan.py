@@ -20,7 +20,8 @@ changes one part of it. The plan records, part by part, what the code looks like
   tensor cores (mma.sync m16n8k16, one or TENSOR_TILE_M x TENSOR_TILE_N tiles per warp,
   fragments read per element or with ldmatrix), or Hopper warpgroup MMAs (wgmma
   m64nNk16 from 128-byte-swizzled shared tiles through matrix descriptors), the tiles
-  copied by all threads between barriers or by one producer warpgroup (`producer`),
+  copied by all threads between barriers or by one producer warpgroup (`producer`, which
+  may give most of its registers to the MMA warpgroups: `budget`),
   with cp.async or, where the backend gives tensor maps, TMA (`tma`); or, on AMD GPUs,
   matrix cores (`mfma`: each wave64 computes 32 x 32 tiles with v_mfma_f32_32x32x8f16 or
   v_mfma_f32_32x32x2f32 from the shared tiles);
@@ -74,6 +75,7 @@ class Plan:
     hoisted: bool = False  # address-hoisting: inside tiles copied from addresses set up once
     tma: bool = False  # tma: whole tiles loaded by the Tensor Memory Accelerator
     persistent: bool = False  # persistent: one block per SM walks the output tiles
+    budget: bool = False  # register-budget: setmaxnreg moves the producer's registers to the MMAs
     interior: bool = False  # interior-tiles: blocks inside the matrices copy unchecked
     hip: bool = False  # printed as HIP (the seed was naive.hip), not CUDA: see emit.py
     mfma: bool = False  # mfma: waves compute 32 x 32 MFMA tiles (AMD CDNA, HIP only)
@@ -95,10 +97,10 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
-          "hlsl", "coopmat", "persistent")
+          "hlsl", "coopmat", "persistent", "budget")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
-               "tma", "persistent")
+               "tma", "persistent", "budget")
 # Parts only AMD GPUs have (the MFMA matrix cores of CDNA): only in HIP.
 AMD_ONLY = ("mfma",)
 # The parts an HLSL compute shader has (hlsl_matmul prints them); the rest need pointers,
@@ -156,6 +158,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("hoisted", "wgmma"),
     ("tma", "wgmma"),
     ("persistent", "producer"),
+    ("budget", "producer"),
     ("mfma", "shared"),
     ("coopmat", "shared"),
 )
@@ -169,6 +172,7 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("wgmma", "padded"),
     ("wgmma", "interior"),  # its copies have their own (address-hoisting)
     ("persistent", "split_k"),  # its grid walks the output tiles; split-k's, K slices
+    ("budget", "launch_bounds"),  # its budgets are for one block per SM
     ("mfma", "thread_tile"),
     ("mfma", "warp_tile"),
     ("coopmat", "thread_tile"),

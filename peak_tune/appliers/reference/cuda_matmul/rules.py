@@ -291,6 +291,20 @@ def persistent(plan: Plan, device: DeviceProfile) -> Change:
     return Change(plan.but(persistent=True))
 
 
+def register_budget(plan: Plan, device: DeviceProfile) -> Change:
+    """setmaxnreg: the producer warpgroup keeps PRODUCER_REGS registers a thread, the MMA
+    warpgroups take the rest of the SM's register file (one block per SM)."""
+    if not plan.producer:
+        raise InvalidPoint("register-budget needs the producer warpgroup of warp-specialize")
+    _once(plan.budget, "register-budget: the warpgroups' registers are already set")
+    _once(plan.launch_bounds, "register-budget sets the registers for one block per SM: it "
+                              "cannot follow launch-bounds")
+    if _fact(device, "registers_per_sm", 65536) != 65536:
+        raise InvalidPoint(f"register-budget divides 65536 registers per SM; device "
+                           f"{device.name!r} has {device.facts.get('registers_per_sm')}")
+    return Change(plan.but(budget=True))
+
+
 # CDNA targets with the 32 x 32 and 16 x 16 MFMA instructions (mfma_layout)
 _MFMA_ARCHS = ("gfx908", "gfx90a", "gfx940", "gfx941", "gfx942")
 
@@ -389,6 +403,7 @@ RULES: Mapping[str, Rule] = {
     "address-hoisting": address_hoisting,
     "tma": tma,
     "persistent": persistent,
+    "register-budget": register_budget,
     "mfma": mfma,
     "cooperative-matrix": cooperative_matrix,
 }
