@@ -19,10 +19,12 @@ _SEEN: dict[str, tuple[Case, Outcome]] = {}
 
 
 def leftover_pids(mark_dir: Path) -> list[int]:
-    """Pids the kernels recorded whose process is still alive (not a zombie)."""
+    """Pids the kernels recorded whose process is still alive (not a zombie). A mark is
+    named `<kernel>.<pid>.pid` by the process itself: the name holds the pid from the
+    moment the file exists, while its text may not be written yet (a loaded machine)."""
     alive = []
     for mark in sorted(mark_dir.glob("*.pid")):
-        pid = int(mark.read_text().split()[0])
+        pid = int(mark.name.split(".")[-2])
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
