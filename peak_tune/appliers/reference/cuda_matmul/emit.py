@@ -148,30 +148,31 @@ def _static_checks(writer: CodeWriter, plan: Plan) -> None:
 def _block_position(writer: CodeWriter, plan: Plan, tile: str = "") -> None:
     """bm, bn: where the block's tile of C lies; of output tile number `tile` (of
     tiles_m x tiles_n, row by row) in a persistent kernel, else of this block."""
-    if tile:
-        if plan.swizzle:
-            writer.lines(
-                "// block-swizzle: consecutive tiles walk SWIZZLE_GROUP block rows column by",
-                "// column, so the A rows and B columns they read stay in L2.",
-                "const int group = SWIZZLE_GROUP * tiles_n;",
-                f"const int first_m = {tile} / group * SWIZZLE_GROUP;",
-                "const int rows = min(tiles_m - first_m, SWIZZLE_GROUP);",
-                f"const int block_m = first_m + {tile} % group % rows, "
-                f"block_n = {tile} % group / rows;")
-        else:
-            writer.line(f"const int block_m = {tile} / tiles_n, block_n = {tile} % tiles_n;")
+    if tile and plan.swizzle:
+        _swizzled(writer, "tiles", tile, "tiles_n", "tiles_m")
+    elif tile:
+        writer.line(f"const int block_m = {tile} / tiles_n, block_n = {tile} % tiles_n;")
     elif plan.swizzle:
-        writer.lines(
-            "// block-swizzle: consecutive blocks walk SWIZZLE_GROUP block rows column by",
-            "// column, so the A rows and B columns they read stay in L2.",
-            "const int pid = blockIdx.y * gridDim.x + blockIdx.x;",
-            "const int group = SWIZZLE_GROUP * gridDim.x;",
-            "const int first_m = pid / group * SWIZZLE_GROUP;",
-            "const int rows = min((int)gridDim.y - first_m, SWIZZLE_GROUP);",
-            "const int block_m = first_m + pid % group % rows, block_n = pid % group / rows;")
+        _swizzled(writer, "blocks", "pid", "gridDim.x", "(int)gridDim.y",
+                  "const int pid = blockIdx.y * gridDim.x + blockIdx.x;")
     else:
         writer.line("const int block_m = blockIdx.y, block_n = blockIdx.x;")
     writer.line("const int bm = block_m * BLOCK_M, bn = block_n * BLOCK_N; // the block tile")
+
+
+def _swizzled(writer: CodeWriter, walkers: str, number: str, across: str, down: str,
+              *numbering: str) -> None:
+    """block-swizzle: block_m, block_n of tile `number` (of `down` x `across`) in groups of
+    SWIZZLE_GROUP block rows walked column by column; `numbering` lines define `number`."""
+    writer.lines(
+        f"// block-swizzle: consecutive {walkers} walk SWIZZLE_GROUP block rows column by",
+        "// column, so the A rows and B columns they read stay in L2.",
+        *numbering,
+        f"const int group = SWIZZLE_GROUP * {across};",
+        f"const int first_m = {number} / group * SWIZZLE_GROUP;",
+        f"const int rows = min({down} - first_m, SWIZZLE_GROUP);",
+        f"const int block_m = first_m + {number} % group % rows, "
+        f"block_n = {number} % group / rows;")
 
 
 def _k_range(writer: CodeWriter, plan: Plan) -> None:
