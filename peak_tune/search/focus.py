@@ -33,7 +33,8 @@ from optuna.samplers import BaseSampler
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["FixedFirst", "Forwarding", "HistoryWindow", "ParamRoles", "SequenceFirst"]
+__all__ = ["FixedFirst", "Forwarding", "HistoryWindow", "ParamRoles", "SequenceFirst",
+           "StudyView"]
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 _UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
@@ -167,18 +168,34 @@ class HistoryWindow(Forwarding):
         return [t for t in trials if t.number in self._kept or t.state in _UNFINISHED]
 
 
-class _WindowedStudy:
+class StudyView:
+    """A study as a wrapped sampler sees it: everything as is but its trials, which a
+    subclass's `_get_trials` chooses or changes (Optuna's samplers read them there)."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self._study = study
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
+                    use_cache: bool = False) -> list[FrozenTrial]:
+        raise NotImplementedError
+
+    def get_trials(self, deepcopy: bool = True,
+                   states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        return self._get_trials(deepcopy, states)
+
+
+class _WindowedStudy(StudyView):
     """The study as the wrapped sampler sees it: everything as is, but fewer trials."""
 
     def __init__(self, study: optuna.Study, history: HistoryWindow, asking: int,
                  new_shapes_only: bool = False) -> None:
-        self._study = study
+        super().__init__(study)
         self._history = history
         self._asking = asking  # the number of the trial being asked for
         self._new_shapes_only = new_shapes_only
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
 
     def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
                     use_cache: bool = False) -> list[FrozenTrial]:
@@ -189,10 +206,6 @@ class _WindowedStudy:
         if self._new_shapes_only:
             chosen = self._history.new_shapes(chosen)
         return copy.deepcopy(chosen) if deepcopy else chosen
-
-    def get_trials(self, deepcopy: bool = True,
-                   states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy, states)
 
 
 def _decomposes_in_groups(sampler: BaseSampler) -> bool:

@@ -24,7 +24,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from peak_tune.search.focus import Forwarding
+from peak_tune.search.focus import Forwarding, StudyView
 
 __all__ = ["OrderedValues", "OrdinalDistribution", "ordinal"]
 
@@ -104,22 +104,15 @@ class OrderedValues(Forwarding):
                                           ordered)
 
 
-class _OrderedStudy:
+class _OrderedStudy(StudyView):
     """The study as the wrapped sampler sees it: its trials through `OrderedValues.shown`."""
 
     def __init__(self, study: optuna.Study, ordered: OrderedValues) -> None:
-        self._study = study
+        super().__init__(study)
         self._ordered = ordered
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
 
     def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
                     use_cache: bool = False) -> list[FrozenTrial]:
         trials = self._study._get_trials(deepcopy=False, states=states, use_cache=use_cache)
         shown = [self._ordered.shown(t) for t in trials]
         return copy.deepcopy(shown) if deepcopy else shown
-
-    def get_trials(self, deepcopy: bool = True,
-                   states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy, states)
