@@ -142,7 +142,8 @@ def values(context: KernelContext, table: Mapping[str, int]) -> dict[str, int]:
 
 def output_folder() -> Path:
     """Where a run writes its JSON: $OUT (the device tool's) or ./results."""
-    folder = output_folder()
+    folder = Path(os.environ.get("OUT", ROOT / "results"))
+    folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
