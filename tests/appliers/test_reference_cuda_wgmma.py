@@ -463,3 +463,38 @@ def test_register_budget_kernels_build_for_sm_90a_without_local_memory(
     artifact = CudaBackend(h200).compile(context, {**point, "PRODUCER_REGS": 72}, "float16",
                                          str(tmp_path))
     assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("point", [
+    {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4},
+    {**POINT, "BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 3}], ids=_shape)
+def test_the_register_budget_divides_the_registers_the_block_holds(
+    point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    """setmaxnreg.inc waits for registers that the block's own dec freed: asking for more
+    than the block holds hung the 256x128 kernel (5 warpgroups) on an H100. ptxas gives
+    the kernel its launch bounds' most registers; the budget must divide exactly those."""
+    context = build(cuda_seed, BUDGETED["budget tma persistent"], cuda_catalog, h200)
+    for producer in (40, 72):
+        values = {**point, "PRODUCER_REGS": producer}
+        artifact = CudaBackend(h200).compile(context, values, "float16", str(tmp_path))
+        entry = artifact.resources["registers"]  # what each thread holds at launch
+        # the kernel's own macros against that count, checked by the compiler
+        checked = dataclasses.replace(context, source=context.source + (
+            f"\nstatic_assert(PT_ENTRY_REGS == {entry}, \"entry registers\");"
+            f"\nstatic_assert(PRODUCER_REGS + PT_CONSUMERS * PT_MMA_REGS <= "
+            f"(PT_CONSUMERS + 1) * {entry} && PT_MMA_REGS >= {entry}, \"budget\");"))
+        CudaBackend(h200).compile(checked, values, "float16", str(tmp_path))
+
+
+def test_a_producer_budget_above_what_a_thread_holds_is_pruned_before_a_build(
+        cuda_catalog, cuda_seed, h200):
+    """At 640 threads a thread holds 96 registers: a producer 'lowered' to more is not
+    a point (the dec would be an increase)."""
+    context = build(cuda_seed, BUDGETED["budget"], cuda_catalog, h200)
+    point = {**POINT, "BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 3}
+    broken = [c for c in context.constraints
+              if not evaluate_bool(c, {**point, "PRODUCER_REGS": 104})]
+    assert broken and "PRODUCER_REGS" in broken[0]
+    assert all(evaluate_bool(c, {**point, "PRODUCER_REGS": 96}) for c in context.constraints)

@@ -90,11 +90,15 @@ def derived_macros(plan: Plan) -> list[str]:
                   "#define PT_THREADS (128 * (PT_CONSUMERS + 1)) /* ... and one that copies */",
                   "#define PT_LOADERS 128 /* threads that copy the tiles */"]
         if plan.budget:
+            # ptxas gives a kernel that uses setmaxnreg its launch bounds' most registers
+            # (168 at 384 threads, 96 at 640), and setmaxnreg.inc waits for registers
+            # that the block's own dec freed: the budget divides what the block holds
             lines += [
-                "#define PT_MMA_FIT ((65536 - 128 * PRODUCER_REGS) / (128 * PT_CONSUMERS) "
-                "/ 8 * 8) /* register-budget: what the producer leaves */",
-                "#define PT_MMA_REGS (PT_MMA_FIT < 256 ? PT_MMA_FIT : 256) "
-                "/* ... the MMA warpgroups': the rest of the SM's 64K */"]
+                "#define PT_ENTRY_REGS (65536 / PT_THREADS / 8 * 8 < 256 ? "
+                "65536 / PT_THREADS / 8 * 8 : 256) /* register-budget: a thread's at entry */",
+                "#define PT_MMA_FIT ((PT_ENTRY_REGS * (PT_CONSUMERS + 1) - PRODUCER_REGS) "
+                "/ PT_CONSUMERS / 8 * 8) /* what the producer leaves the MMA warpgroups */",
+                "#define PT_MMA_REGS (PT_MMA_FIT < 256 ? PT_MMA_FIT : 256)"]
     elif plan.wgmma:
         lines += ["#define PT_THREADS (128 * (BLOCK_M / 64) * (BLOCK_N / WGMMA_N)) "
                   "/* wgmma: warpgroups of 64 x WGMMA_N */"]

@@ -302,7 +302,10 @@ def register_budget(plan: Plan, device: DeviceProfile) -> Change:
     if _fact(device, "registers_per_sm", 65536) != 65536:
         raise InvalidPoint(f"register-budget divides 65536 registers per SM; device "
                            f"{device.name!r} has {device.facts.get('registers_per_sm')}")
-    return Change(plan.but(budget=True))
+    child = plan.but(budget=True)
+    # the producer's dec must not ask for more than a thread holds at entry (geometry's
+    # PT_ENTRY_REGS: 65536 over the block's threads, in 8s)
+    return Change(child, (f"PRODUCER_REGS <= 65536 // ({threads_expression(child)}) // 8 * 8",))
 
 
 # CDNA targets with the 32 x 32 and 16 x 16 MFMA instructions (mfma_layout)
