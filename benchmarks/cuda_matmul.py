@@ -153,6 +153,8 @@ def main() -> None:
     parser.add_argument("--confirm", action="store_true",
                         help="re-time each search's best beside the vendor at its end "
                              "(peak-tune's end-of-run confirmation; the time box skips it)")
+    parser.add_argument("--device", default="h200",
+                        help="the GPU's profile (h200, h100, ...)")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "cuda_matmul.json"))
     args = parser.parse_args()
@@ -167,13 +169,14 @@ def main() -> None:
         row["search"] = study_row(dtype, int(n), args.trials, Path(args.results),
                                   args.seconds, profile=args.profile, study=named,
                                   warm_start=warm, ask_ahead=args.ask_ahead,
-                                  build_budget=args.build_budget, confirm=args.confirm)
+                                  build_budget=args.build_budget, confirm=args.confirm,
+                                  device=args.device)
         row["search"]["warm_start"] = list(warm)
         searched[dtype] = row["search"]["study"]
         row["paper"] = {
             name: study_row(dtype, int(n), args.paper_trials, Path(args.results),
                             args.seconds / 2, tuple(seq["sequence"]),
-                            study=f"{named}-{name}" if named else None)
+                            study=f"{named}-{name}" if named else None, device=args.device)
             for name, seq in paper.items() if seq["dtype"] == dtype and not args.no_paper}
         row["triton"] = {} if args.no_triton else triton_row(dtype, int(n))
         rows.append(row)
