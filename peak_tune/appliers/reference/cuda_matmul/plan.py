@@ -16,7 +16,8 @@ changes one part of it. The plan records, part by part, what the code looks like
   registers (into one shared buffer or two in turn) or issued with cp.async into
   NUM_STAGES buffers, bounds-checked everywhere or only in blocks at the edge (`interior`);
 - compute: SIMT (one output per thread, or a TRD_Y_DIM x TRD_X_DIM thread tile, laid out
-  contiguously or strided, fragments cached in registers, lanes arranged per warp) or
+  contiguously or strided, fragments cached in registers, lanes arranged per warp,
+  in HLSL the fragments shared between a wave's lanes: `wave_broadcast`) or
   tensor cores (mma.sync m16n8k16, one or TENSOR_TILE_M x TENSOR_TILE_N tiles per warp,
   fragments read per element or with ldmatrix), or Hopper warpgroup MMAs (wgmma
   m64nNk16 from 128-byte-swizzled shared tiles through matrix descriptors), the tiles
@@ -83,7 +84,9 @@ class Plan:
     # cooperative-matrix: subgroups compute 16 x 16 tiles with Vulkan's cooperative
     # matrices (HLSL printed as Slang, which compiles them)
     coopmat: bool = False
-
+    # wave-broadcast: lanes read shares of the thread-cache fragments from the groupshared
+    # tiles and pass them on with WaveReadLaneAt (HLSL only)
+    wave_broadcast: bool = False
 
     def but(self, **changes: bool) -> Plan:
         return replace(self, **changes)
@@ -97,7 +100,7 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
-          "hlsl", "coopmat", "persistent", "budget")
+          "hlsl", "coopmat", "persistent", "budget", "wave_broadcast")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
                "tma", "persistent", "budget")
@@ -108,9 +111,10 @@ AMD_ONLY = ("mfma",)
 # compute does not give.
 HLSL_PARTS = ("tiled", "shared", "thread_tile", "thread_cache", "strided", "transpose_a",
               "padded", "vector_a", "vector_b", "staging", "double_buffer", "swizzle",
-              "interior", "warp_tile", "hlsl", "coopmat")
-# Parts only an HLSL shader has (Vulkan's cooperative matrices): not in CUDA or HIP.
-HLSL_ONLY = ("coopmat",)
+              "interior", "warp_tile", "hlsl", "coopmat", "wave_broadcast")
+# Parts only an HLSL shader has (Vulkan's cooperative matrices, the wave intrinsics'
+# fragment sharing): not in CUDA or HIP.
+HLSL_ONLY = ("coopmat", "wave_broadcast")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -161,6 +165,9 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("budget", "producer"),
     ("mfma", "shared"),
     ("coopmat", "shared"),
+    ("wave_broadcast", "shared"),
+    ("wave_broadcast", "thread_cache"),
+    ("wave_broadcast", "warp_tile"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),
@@ -203,7 +210,7 @@ def structure_problem(plan: Plan) -> str:
                 return f"{part} is AMD-only (HIP, not CUDA)"
     for part in HLSL_ONLY:
         if getattr(plan, part) and not plan.hlsl:
-            return f"{part} is Vulkan's (HLSL only)"
+            return f"{part} is HLSL's (not in CUDA or HIP)"
     for part, needed in _NEEDS:
         if getattr(plan, part) and not getattr(plan, needed):
             return f"{part} needs {needed}"

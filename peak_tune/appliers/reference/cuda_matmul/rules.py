@@ -1,16 +1,16 @@
 """The transformations as functions on the plan, one per transformation id.
 
 Each rule does to the plan what its Markdown text (transforms/gpu/<id>.md, or
-transforms/cuda/<id>.md for the NVIDIA-only steps and transforms/hip/<id>.md for the
-AMD-only ones) tells an LLM to do to the code, and
-raises InvalidPoint with a one-line reason when the plan does not meet its precondition.
-Ties between a transformation's parameters and earlier ones come back as constraints;
-they are only added where no later legal step can change the quantity they bind (the
-catalog's requires/conflicts fix that order), so they never go stale; mfma's bound on the
-shared tiles is the one exception, kept because later steps (offset, double-buffer) only
-add to the tiles: it stays necessary and the backend checks the final size. The
-threads-per-block limit is a constraint once the thread count is final (thread-tiling,
-tensor-tiling, mfma); before that the backend prunes an oversized block.
+transforms/cuda/<id>.md for the NVIDIA-only steps, transforms/hip/<id>.md for the
+AMD-only ones and transforms/hlsl/<id>.md for the HLSL-only ones) tells an LLM to do to the
+code, and raises InvalidPoint with a one-line reason when the plan does not meet its
+precondition. Ties between a transformation's parameters and earlier ones come back as
+constraints; they are only added where no later legal step can change the quantity they
+bind (the catalog's requires/conflicts fix that order), so they never go stale; mfma's
+bound on the shared tiles is the one exception, kept because later steps (offset,
+double-buffer) only add to the tiles: it stays necessary and the backend checks the
+final size. The threads-per-block limit is a constraint once the thread count is final
+(thread-tiling, tensor-tiling, mfma); before that the backend prunes an oversized block.
 """
 
 from __future__ import annotations
@@ -359,6 +359,26 @@ def cooperative_matrix(plan: Plan, device: DeviceProfile) -> Change:
     return Change(child, ties)
 
 
+def wave_broadcast(plan: Plan, device: DeviceProfile) -> Change:
+    """Each lane reads a share of the thread-cache fragments its wave patch's row (A) or
+    column (B) needs, and gets the rest from the lanes that read them (WaveReadLaneAt):
+    HLSL only, where the backend sets the subgroup size (PT_WAVE_SIZE)."""
+    _shared(plan, "wave-broadcast")
+    _once(plan.wave_broadcast, "wave-broadcast: the fragments are already shared in the wave")
+    if not plan.hlsl:
+        raise InvalidPoint("wave-broadcast is HLSL's (WaveReadLaneAt): it applies to HLSL "
+                           "shaders")
+    if not (plan.thread_cache and plan.warp_tile):
+        raise InvalidPoint("wave-broadcast needs the register fragments of thread-cache and "
+                           "the wave patches of warp-tiling")
+    # a patch row of WARP_X_DIM lanes splits the TRD_Y_DIM values of A evenly, a patch
+    # column of wave / WARP_X_DIM lanes the TRD_X_DIM values of B (warp-tiling already
+    # keeps WARP_X_DIM <= wave)
+    rows = f"max(1, {device.wave_size} // WARP_X_DIM)"
+    return Change(plan.but(wave_broadcast=True),
+                  ("TRD_Y_DIM % WARP_X_DIM == 0", f"TRD_X_DIM % {rows} == 0"))
+
+
 def _mfma_accumulators(device: DeviceProfile) -> str:
     # MFMA_TILE^2 / 64 fp32 accumulators per lane per tile (16 or 4), held for the whole
     # K loop: more than the AGPRs (on gfx90a and gfx942 at most half the unified
@@ -409,4 +429,5 @@ RULES: Mapping[str, Rule] = {
     "register-budget": register_budget,
     "mfma": mfma,
     "cooperative-matrix": cooperative_matrix,
+    "wave-broadcast": wave_broadcast,
 }

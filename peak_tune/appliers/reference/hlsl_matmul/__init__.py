@@ -5,8 +5,9 @@ The steps an HLSL shader has are the SIMT ones (plan.HLSL_PARTS): refactor, tb-t
 through groupshared memory, thread-tiling (the PEAK paper's HLSL sequence), and
 thread-cache, thread-chunk, warp-tiling (waves of the device's subgroup size), transpose,
 offset, vector-loads, register-staging,
-double-buffer, interior-tiles and block-swizzle; and one of its own, cooperative-matrix
-(Vulkan's tensor-core tiles, printed as Slang: emit.py).
+double-buffer, interior-tiles and block-swizzle; and two of its own, cooperative-matrix
+(Vulkan's tensor-core tiles, printed as Slang: emit.py) and wave-broadcast (the
+thread-cache fragments shared between a wave's lanes with WaveReadLaneAt: wave.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ __all__ = ["HLSL_STEPS", "HlslMatmul", "emit_shader"]
 
 HLSL_STEPS = ("refactor", "tb-tiling", "thread-tiling", "thread-cache", "thread-chunk",
               "warp-tiling", "transpose", "offset", "vector-loads", "register-staging",
-              "double-buffer", "interior-tiles", "block-swizzle", "cooperative-matrix")
+              "double-buffer", "interior-tiles", "block-swizzle", "cooperative-matrix",
+              "wave-broadcast")
 
 
 class HlslMatmul(CudaMatmul):

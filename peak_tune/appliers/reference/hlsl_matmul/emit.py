@@ -12,6 +12,7 @@ The program is the CUDA printer's (cuda_matmul/emit.py), said in HLSL's words:
 | a pointer to a tile | an offset into pt_smem |
 | __syncthreads() | GroupMemoryBarrierWithGroupSync() |
 | a warp of 32 lanes | a wave (subgroup) of PT_WAVE_SIZE lanes, which the backend sets |
+| __shfl_sync(mask, v, src) | WaveReadLaneAt(v, src) (wave-broadcast: wave.py) |
 | #pragma unroll | [unroll] |
 | static_assert | #if ... #error |
 | uint4 loads | the buffer's float4 / half4 view at the same binding |
@@ -34,6 +35,7 @@ from peak_tune.appliers.reference.cuda_matmul.plan import Plan
 
 from .coopmat_copy import emit_coopmat_copy_helpers, smem_unit
 from .copy import copy_call, emit_copy_helpers, put_call
+from .wave import emit_wave_compute_tile, emit_wave_lanes, wave_macros
 from .writer import HlslWriter
 
 __all__ = ["emit_shader", "launch_of"]
@@ -97,6 +99,8 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
                    "PT_THREADS_Y % (PT_WAVE_SIZE / WARP_X_DIM) != 0\n"
                    '#error "waves must tile the thread grid"\n'
                    "#endif")
+    if plan.wave_broadcast:
+        writer.raw(wave_macros())
     writer.lines("", "struct Sizes { uint M; uint N; uint K; };",
                  "[[vk::push_constant]] ConstantBuffer<Sizes> sizes;",
                  "[[vk::binding(0)]] StructuredBuffer<DTYPE> A;",
@@ -139,6 +143,7 @@ def _thread_position(writer: HlslWriter, plan: Plan) -> None:
         "const int tx = wave % (PT_THREADS_X / WARP_X_DIM) * WARP_X_DIM + lane % WARP_X_DIM;",
         "const int ty = wave / (PT_THREADS_X / WARP_X_DIM) * (PT_WAVE_SIZE / WARP_X_DIM)"
         " + lane / WARP_X_DIM;")
+    emit_wave_lanes(writer, plan)
 
 
 def _block_position(writer: HlslWriter, plan: Plan) -> None:
@@ -285,6 +290,8 @@ def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
 def _compute_tile(writer: HlslWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
     if plan.coopmat:
         _coopmat_tile(writer, a_tile, b_tile)
+    elif plan.wave_broadcast:
+        emit_wave_compute_tile(writer, a_tile, b_tile)
     else:
         emit_compute_tile(writer, plan, a_tile, b_tile)
 
