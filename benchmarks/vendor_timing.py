@@ -1,0 +1,196 @@
+"""Is cuBLAS's time the library's or the harness's? The same gemmEx timed several ways.
+
+The ratios every CUDA study reports divide by cuBLAS as the GPU worker times it (fresh
+inputs in fenced buffers for each run, L2 flushed, CUDA events around the one call,
+after half a second of back-to-back calls that bring an idle GPU's clocks up). This
+times the same call, each way after 3 s with the GPU idle:
+  - through the worker (`worker`), as a study does;
+  - with the worker's own code in a process of its own, with the fenced buffers without
+    the clock ramp (`fenced, no ramp`: as before the ramp) and with it (`fenced`), and
+    with plain allocations (`plain`: the fence switched off);
+  - on three CuPy arrays with the L2 flushed before each call (`cupy flushed`) and back
+    to back, 20 calls between two events (`cupy back to back`);
+  - and through PyTorch where it is installed (`torch`),
+and prints one line per way: a harness that makes cuBLAS slower than it is shows as
+`worker` below `cupy flushed`.
+
+    python3 benchmarks/vendor_timing.py [--configs float16:4096,float32:4096] [--repeats 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from peak_tune.backends.base import EvalConfig  # noqa: E402
+from peak_tune.backends.wire import config_to_wire, spec_to_wire  # noqa: E402
+from peak_tune.catalog.loaders import load_spec  # noqa: E402
+from peak_tune.core import ProblemSize  # noqa: E402
+
+SPEC = ROOT / "seeds" / "matmul"
+WAYS = ("fenced, no ramp", "fenced", "plain")  # the worker's code in a process of its own
+
+
+def _tflops(n: int, ms: float) -> float:
+    return 2.0 * n ** 3 / (ms * 1e-3) / 1e12
+
+
+def _summary(samples_ms: list[float], n: int) -> dict[str, Any]:
+    median = statistics.median(samples_ms)
+    return {"median_ms": median, "tflops": _tflops(n, median),
+            "min_ms": min(samples_ms), "max_ms": max(samples_ms), "samples": len(samples_ms)}
+
+
+def through_worker(dtype: str, n: int, repeats: int) -> dict[str, Any]:
+    """The study's own path: CudaBackend.time_vendor (a separate worker process)."""
+    from cuda_reference_check import this_gpu_profile  # benchmarks/ is the script's folder
+
+    from peak_tune.backends.cuda import CudaBackend
+
+    backend = CudaBackend(this_gpu_profile())
+    time.sleep(IDLE_S)
+    try:
+        name, m = backend.time_vendor(load_spec(SPEC), dtype, ProblemSize.of(
+            {"M": n, "N": n, "K": n}), EvalConfig(repeats=repeats))
+    finally:
+        backend.close()
+    return {"name": name, **_summary(list(m.samples_ms), n)}
+
+
+IDLE_S = 3.0  # the GPU idles this long before each way is timed
+
+
+def in_process(dtype: str, n: int, repeats: int, way: str) -> dict[str, Any]:
+    """The worker's `_vendor` handler called here, with or without the fence and the
+    clock ramp (in a process of its own: the fence is chosen once per process)."""
+    from peak_tune.backends import _cuda_fence, _cuda_worker
+
+    if way == "plain":
+        _cuda_fence.FencedBlocks._load = lambda self: False  # type: ignore[method-assign]
+    if way == "fenced, no ramp":
+        _cuda_worker.VENDOR_CLOCK_RAMP_S = 0.0
+    time.sleep(IDLE_S)
+
+    reply = _cuda_worker._vendor({"spec": spec_to_wire(load_spec(SPEC)), "dtype": dtype,
+                                  "size": {"M": n, "N": n, "K": n},
+                                  "config": config_to_wire(EvalConfig(repeats=repeats)),
+                                  "call": "gemm"})
+    return _summary([float(x) for x in reply["samples_ms"]], n)
+
+
+def on_cupy(dtype: str, n: int, repeats: int) -> dict[str, Any]:
+    """gemmEx on plain CuPy arrays on CuPy's default stream, with the worker's handle."""
+    import cupy as cp
+    import numpy as np
+
+    from peak_tune.backends import _cuda_worker
+
+    cublas, handle = _cuda_worker._cublas()
+    data_type, compute_type, scalar = _cuda_worker._CUBLAS_TYPES[dtype]
+    alpha, beta = np.ones(1, scalar), np.zeros(1, scalar)
+    a, b = (cp.random.standard_normal((n, n), dtype=cp.float32).astype(dtype)
+            for _ in range(2))
+    c = cp.empty((n, n), dtype=dtype)
+    flush = cp.empty(256 << 20, dtype=cp.uint8)
+
+    def call() -> None:
+        cublas.gemmEx(handle, 0, 0, n, n, n, alpha.ctypes.data, b.data.ptr, data_type, n,
+                      a.data.ptr, data_type, n, beta.ctypes.data, c.data.ptr, data_type, n,
+                      compute_type, -1)
+
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    call()
+    time.sleep(IDLE_S)
+    flushed = []
+    for i in range(repeats):
+        flush.fill(i % 256)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        flushed.append(float(cp.cuda.get_elapsed_time(start, end)))
+    back_to_back = []
+    for _ in range(5):
+        start.record()
+        for _ in range(20):
+            call()
+        end.record()
+        end.synchronize()
+        back_to_back.append(float(cp.cuda.get_elapsed_time(start, end)) / 20)
+    return {"cupy flushed": _summary(flushed, n),
+            "cupy back to back": _summary(back_to_back, n)}
+
+
+def on_torch(dtype: str, n: int, repeats: int) -> dict[str, Any] | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    a, b = (torch.randn(n, n, device="cuda", dtype=getattr(torch, dtype)) for _ in range(2))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.matmul(a, b)
+    torch.cuda.synchronize()
+    time.sleep(IDLE_S)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(repeats):
+        start.record()
+        torch.matmul(a, b)
+        end.record()
+        end.synchronize()
+        samples.append(float(start.elapsed_time(end)))
+    return _summary(samples, n)
+
+
+def _inner(args: argparse.Namespace) -> int:
+    dtype, n = args.inner_config.split(":")
+    print(json.dumps(in_process(dtype, int(n), args.repeats, args.inner)))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default="float16:4096,float32:4096,float16:8192")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--inner", choices=WAYS, help=argparse.SUPPRESS)
+    parser.add_argument("--inner-config", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
+                                                      "vendor_timing.json"))
+    args = parser.parse_args()
+    if args.inner:
+        return _inner(args)
+    found: dict[str, Any] = {"command": " ".join(sys.argv), "rows": {}}
+    for config in args.configs.split(","):
+        dtype, n_text = config.split(":")
+        n = int(n_text)
+        rows: dict[str, Any] = {"worker": through_worker(dtype, n, args.repeats)}
+        for way in WAYS:
+            done = subprocess.run([sys.executable, __file__, "--inner", way, "--inner-config",
+                                   config, "--repeats", str(args.repeats)],
+                                  capture_output=True, text=True, check=False)
+            rows[way] = (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
+                         else {"error": done.stderr.strip()[-400:]})
+        rows.update(on_cupy(dtype, n, args.repeats))
+        rows["torch"] = on_torch(dtype, n, args.repeats)
+        found["rows"][config] = rows
+        for way, row in rows.items():
+            text = ("not installed" if row is None else row.get("error") or
+                    f"{row['tflops']:7.1f} TFLOP/s  median {row['median_ms']:.4f} ms  "
+                    f"({row['min_ms']:.4f}-{row['max_ms']:.4f}, {row['samples']} runs)")
+            print(f"{config:14} {way:18} {text}", flush=True)
+    Path(args.out).write_text(json.dumps(found, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
