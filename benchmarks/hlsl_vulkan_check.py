@@ -90,6 +90,47 @@ def _reference_coopmat(gpu: Any, checks: tuple[ProblemSize, ...]) -> list[tuple[
     return rows
 
 
+# --ablate: the reference cooperative-matrix shader with one of its parts replaced by the
+# staged hand shader's (each correct at sizes that are multiples of the tiles), to find
+# what holds it back
+EPILOGUE = "    // Each tile through the subgroup's groupshared slot to C, in bounds only."
+DIRECT_STORE = """    [unroll]
+    for (int i = 0; i < PT_CM_M; ++i) {
+        [unroll]
+        for (int j = 0; j < PT_CM_N; ++j) {
+            Out(acc[i][j]).Store<CoopMatMatrixLayout::RowMajor>(
+                C, (bm + wr + 16 * i) * N + bn + wc + 16 * j, N);
+        }
+    }
+}
+"""
+ABLATIONS = {
+    # (since 12-05 the reference stores blocks inside C directly: then nothing to replace)
+    "direct store": lambda s: s if "RowMajor>(C, " in s else s[:s.index(EPILOGUE)]
+    + DIRECT_STORE,
+    "16-byte loads only": lambda s: s.replace("    if (full) return A8[off / 8];",
+                                              "    return A8[off / 8];").replace(
+        "    if (full) return B8[off / 8];", "    return B8[off / 8];"),
+    "no half4 views": lambda s: "\n".join(line for line in s.splitlines()
+                                          if "StructuredBuffer<PT_DTYPE4>" not in line),
+    "vec branch only": lambda s: s.replace("const bool vec = K % PT_VEC == 0 && N % PT_VEC == 0;",
+                                           "const bool vec = true;"),
+}
+
+
+def _ablations(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Each ablation, and all of them, on the reference shaders of the list."""
+    found = []
+    for label, source, params, launch, _checks in rows:
+        for name, edit in [*ABLATIONS.items(), ("all", None)]:
+            edited = source
+            for each in ABLATIONS.values() if edit is None else (edit,):
+                edited = each(edited)
+            if edited != source:
+                found.append((f"{label} [{name}]", edited, params, launch, STAGED_CHECKS))
+    return found
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -105,6 +146,8 @@ def main() -> int:
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16"))
     parser.add_argument("--only", default="",
                         help="the shaders whose label holds one of these (comma-separated)")
+    parser.add_argument("--ablate", action="store_true",
+                        help="float16: also the reference shaders with parts of the staged one")
     parser.add_argument("--out", default="hlsl_vulkan_check.json")
     args = parser.parse_args()
     dtype = args.dtype
@@ -125,7 +168,10 @@ def main() -> int:
                      {"WAVE": 32, "TILES_M": tm, "TILES_N": tn},
                      {"grid_x": f"ceil_div(N, {16 * tn})", "grid_y": f"ceil_div(M, {16 * tm})"},
                      COOPMAT_CHECKS) for tm, tn in COOPMAT_TILES]
-        shaders += _reference_coopmat(gpu, spec.check_sizes)
+        reference = _reference_coopmat(gpu, spec.check_sizes)
+        shaders += reference
+        if args.ablate:
+            shaders += _ablations([row for row in reference if "128x128x32 2x2" in row[0]])
         shaders += [(f"staged cooperative matrices, {wm}x{wn} subgroups of {tm}x{tn}, "
                      f"k {bk}", STAGED,
                      {"WAVE": 32, "WAVES_M": wm, "WAVES_N": wn, "TILES_M": tm, "TILES_N": tn,

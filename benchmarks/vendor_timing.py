@@ -12,9 +12,14 @@ times the same call, each way after 3 s with the GPU idle:
     to back, 20 calls between two events (`cupy back to back`);
   - and through PyTorch where it is installed (`torch`),
 and prints one line per way: a harness that makes cuBLAS slower than it is shows as
-`worker` below `cupy flushed`.
+`worker` below `cupy flushed`. With --kernels (fp16), the fair comparison: a wgmma
+kernel and cuBLAS, each timed in one process three ways with the same binder on the
+same stream: as the harness times them (`harness`: fresh inputs every run), on one set
+of inputs with the L2 flushed before each run (`same inputs, flushed`), and back to back
+(`same inputs, back to back`).
 
     python3 benchmarks/vendor_timing.py [--configs float16:4096,float32:4096] [--repeats 20]
+    python3 benchmarks/vendor_timing.py --configs float16:4096 --kernels
 """
 
 from __future__ import annotations
@@ -88,6 +93,84 @@ def in_process(dtype: str, n: int, repeats: int, way: str) -> dict[str, Any]:
     return _summary([float(x) for x in reply["samples_ms"]], n)
 
 
+# wgmma_check's budget tma persistent kernel at its base point and at the study's best
+KERNEL_POINTS = {"budget tma persistent 128x256x4": {},
+                 "budget tma persistent 256x128x4": {"BLOCK_M": 256, "BLOCK_N": 128,
+                                                     "WGMMA_N": 128, "SWIZZLE_GROUP": 2,
+                                                     "PRODUCER_REGS": 96}}
+
+
+def kernel_messages(dtype: str, n: int, repeats: int) -> dict[str, dict[str, Any]]:
+    """The worker's "evaluate" messages for KERNEL_POINTS, built here (NVRTC)."""
+    import tempfile
+
+    from cuda_reference_check import build, this_gpu_profile, values
+    from wgmma_check import BASE, KERNELS
+
+    from peak_tune.backends.base import EvalRequest
+    from peak_tune.backends.cuda import CudaBackend
+
+    profile = this_gpu_profile()
+    spec, size = load_spec(SPEC), ProblemSize.of({"M": n, "N": n, "K": n})
+    context = build(KERNELS["budget tma persistent "], profile)
+    folder = tempfile.mkdtemp(prefix="peak-tune-vendor-timing-")
+    messages = {}
+    with CudaBackend(profile) as backend:
+        for label, overrides in KERNEL_POINTS.items():
+            params = values(context, {**BASE, **overrides})
+            artifact = backend.compile(context, params, dtype, folder)
+            request = EvalRequest(spec, context, params, dtype, size, (),
+                                  EvalConfig(repeats=repeats))
+            messages[label] = backend._request(artifact, request, size)
+    return messages
+
+
+def controlled(message: dict[str, Any], repeats: int) -> dict[str, Any]:
+    """The kernel of `message` and cuBLAS, each timed three ways in this process with the
+    worker's own binders on its stream (module docstring)."""
+    from peak_tune.backends import _cuda_device as device_code
+    from peak_tune.backends import _cuda_worker as worker
+    from peak_tune.backends.wire import Timing, spec_from_wire
+
+    cp = device_code.cupy_module()
+    state = device_code.state
+    spec, dtype = spec_from_wire(message["spec"]), str(message["dtype"])
+    size, timing = ProblemSize.of(message["size"]), Timing.of(message["config"])
+    n = int(size.as_dict()["M"])
+    function = worker._load_function(message["cubin"], message["entry"])
+    binders = {
+        "kernel": device_code.in_stream(worker._kernel_binder(function, message["launch"],
+                                                              message["params"])),
+        "cuBLAS": device_code.in_stream(worker._cublas_binder(spec, dtype, "gemm")[1])}
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+
+    def events(run: Any, calls: int) -> float:
+        start.record(state.stream)
+        for _ in range(calls):
+            run()
+        end.record(state.stream)
+        end.synchronize()
+        return float(cp.cuda.get_elapsed_time(start, end)) / calls
+
+    found: dict[str, Any] = {}
+    for name, bind in binders.items():
+        device_code.validate(spec, size, dtype, 0, bind)
+        device_code.raise_clocks(spec, size, dtype, 0, bind, 0.5)
+        rows = {"harness": _summary(device_code.time_then_check(
+            spec, size, dtype, 1, bind, timing), n)}
+        run = bind(device_code._device_problem(spec, size, dtype, 2, None))
+        flushed = []
+        for i in range(repeats):
+            device_code._flush_l2(i)
+            flushed.append(events(run, 1))
+        rows["same inputs, flushed"] = _summary(flushed, n)
+        rows["same inputs, back to back"] = _summary([events(run, 20) for _ in range(5)], n)
+        rows["harness again"] = _summary(device_code.time_then_check(
+            spec, size, dtype, 1, bind, timing), n)
+        found[name] = rows
+    return found
+
+
 def on_cupy(dtype: str, n: int, repeats: int) -> dict[str, Any]:
     """gemmEx on plain CuPy arrays on CuPy's default stream, with the worker's handle."""
     import cupy as cp
@@ -153,6 +236,9 @@ def on_torch(dtype: str, n: int, repeats: int) -> dict[str, Any] | None:
 
 
 def _inner(args: argparse.Namespace) -> int:
+    if args.inner == "controlled":
+        print(json.dumps(controlled(json.loads(Path(args.message).read_text()), args.repeats)))
+        return 0
     dtype, n = args.inner_config.split(":")
     print(json.dumps(in_process(dtype, int(n), args.repeats, args.inner)))
     return 0
@@ -162,7 +248,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="float16:4096,float32:4096,float16:8192")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--inner", choices=WAYS, help=argparse.SUPPRESS)
+    parser.add_argument("--kernels", action="store_true",
+                        help="also a wgmma kernel and cuBLAS timed side by side three ways")
+    parser.add_argument("--inner", choices=(*WAYS, "controlled"), help=argparse.SUPPRESS)
+    parser.add_argument("--message", help=argparse.SUPPRESS)
     parser.add_argument("--inner-config", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "vendor_timing.json"))
@@ -183,6 +272,28 @@ def main() -> int:
         rows.update(on_cupy(dtype, n, args.repeats))
         rows["torch"] = on_torch(dtype, n, args.repeats)
         found["rows"][config] = rows
+        if args.kernels and dtype == "float16":
+            for label, message in kernel_messages(dtype, n, args.repeats).items():
+                path = Path(message["cubin"]).with_suffix(".json")
+                path.write_text(json.dumps(message))
+                done = subprocess.run([sys.executable, __file__, "--inner", "controlled",
+                                       "--message", str(path), "--repeats",
+                                       str(args.repeats)],
+                                      capture_output=True, text=True, check=False)
+                if done.returncode:
+                    print(f"{config:14} {label}: {done.stderr.strip()[-400:]}", flush=True)
+                    continue
+                timed = json.loads(done.stdout.strip().splitlines()[-1])
+                found["rows"][f"{config} {label}"] = timed
+                for name, ways in timed.items():
+                    for way, row in ways.items():
+                        print(f"{config:14} {label[22:]:10} {name:7} {way:26} "
+                              f"{row['tflops']:7.1f} TFLOP/s  ({row['min_ms']:.4f}-"
+                              f"{row['max_ms']:.4f} ms)", flush=True)
+                ratio = {way: timed["kernel"][way]["tflops"] / timed["cuBLAS"][way]["tflops"]
+                         for way in timed["kernel"]}
+                print(f"{config:14} {label[22:]:10} kernel / cuBLAS: " + ", ".join(
+                    f"{way} {value:.3f}" for way, value in ratio.items()), flush=True)
         for way, row in rows.items():
             text = ("not installed" if row is None else row.get("error") or
                     f"{row['tflops']:7.1f} TFLOP/s  median {row['median_ms']:.4f} ms  "

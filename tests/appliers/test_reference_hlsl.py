@@ -278,6 +278,7 @@ _EMULATED = ((r"TileA\.Load<CoopMatMatrixLayout::RowMajor>\(pt_smem4, ", "emu_lo
              (r"coopMatMulAdd<float, false>\(", "emu_mma("),
              (r"acc\[i\]\[j\] = Sum\(0\.0\);", "acc[i][j] = emu_zero(wave, i, j);"),
              (r"Out\((.+?)\)\.Store<CoopMatMatrixLayout::RowMajor>\(pt_out, ", r"emu_store(\1, "),
+             (r"Out\((.+?)\)\.Store<CoopMatMatrixLayout::RowMajor>\(C, ", r"emu_store_c(\1, "),
              (r"using namespace linalg;\n(typealias \w+ = CoopMat<.*>;\n)+", ""))
 EMULATION = (ROOT / "tests" / "fixtures" / "hlsl" / "coopmat_emulation.slang").read_text()
 
@@ -325,6 +326,12 @@ def test_cooperative_matrix_variants_give_c_with_the_matrices_emulated(catalog, 
                                                    "return A8[off / 8 + 1];")
         with pytest.raises(WrongResult):
             run(misread)
+        # and so is a direct store one column off (blocks inside C store straight to it)
+        shifted = emulated(context.source).replace("bn + wc + 16 * j, N);",
+                                                   "bn + wc + 16 * j + 1, N);")
+        assert shifted != emulated(context.source)
+        with pytest.raises(WrongResult):
+            run(shifted)
 
 
 @pytest.mark.hlsl

@@ -10,8 +10,10 @@ copies (hlsl_matmul/copy.py), so the K loops call either; the vector-loads flag 
 accepted and not needed (every piece is 16 bytes here).
 
 This is what the hand-written shader tests/fixtures/hlsl/coopmat_fp16_staged.slang
-does, which ran at 0.37-0.43x cuBLAS fp16 on an H200 where element-by-element copies
-ran at 0.06x (benchmarks/results/2026-12-04-h200-hlsl-coopmat-staged.json).
+does (163-190 TFLOP/s fp16 4096 on an H200). The copies alone did not bring the
+reference shaders there (30-35 TFLOP/s, as with element copies): the epilogue through
+groupshared memory and the branch to the gather did; see _read and the epilogue in
+emit.py (benchmarks/results/2026-12-05-h200-hlsl-coopmat-ablation.json).
 """
 
 from __future__ import annotations
@@ -86,9 +88,14 @@ def _pieces(writer: HlslWriter, op: Operand, body: list[str]) -> None:
 
 
 def _read(op: Operand) -> list[str]:
+    """A piece's load: with vector-loads' `vec` (rows of whole pieces) and interior-tiles'
+    `edge`, literals in the K loop that has both, `full` is a constant there and the
+    gather is gone: the branch to it cost the 16-byte loads most of their speed on an
+    H200 (direct stores alone 69-119 TFLOP/s, without the gather 156-210)."""
     unless = "!edge || " if op.unchecked else ""
+    whole = "vec" if op.vector else "ld % 8 == 0"
     return [f"const bool row_in = {unless}row0 + r < row_hi;",
-            f"const bool full = ld % 8 == 0 && ({unless}(row_in && col0 + c + 8 <= col_hi));",
+            f"const bool full = {whole} && ({unless}(row_in && col0 + c + 8 <= col_hi));",
             f"const uint4 w = pt_piece_{op.name}((row0 + r) * ld + col0 + c, full, row_in, "
             "col0 + c, col_hi);"]
 
