@@ -68,6 +68,15 @@ REFERENCE_COOPMAT = (
       "cooperative-matrix"), 128, 128, 32, 2, 2),
     (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
       "cooperative-matrix"), 128, 128, 16, 4, 2),
+    # with interior-tiles: constant 16-byte loads inside the matrices
+    (("refactor", "block-swizzle", "tb-tiling", "vector-loads", "interior-tiles",
+      "cooperative-matrix"), 128, 128, 32, 2, 2),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
+      "interior-tiles", "cooperative-matrix"), 128, 128, 32, 2, 2),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
+      "interior-tiles", "cooperative-matrix"), 128, 128, 16, 2, 2),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
+      "interior-tiles", "cooperative-matrix"), 128, 256, 32, 2, 4),
 )
 
 
