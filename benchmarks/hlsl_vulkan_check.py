@@ -125,6 +125,26 @@ ABLATIONS = {
     "vec branch only": lambda s: s.replace("const bool vec = K % PT_VEC == 0 && N % PT_VEC == 0;",
                                            "const bool vec = true;"),
 }
+# and on the shaders since (blocks inside C store straight to C, the others through the slot)
+SLOT = "// Each tile through the subgroup's groupshared slot"
+
+
+def _in_slot_path(edit: Any) -> Any:
+    return lambda s: s if SLOT not in s else s[:s.index(SLOT)] + edit(s[s.index(SLOT):])
+
+
+ABLATIONS.update({
+    "direct path only": lambda s: s.replace(
+        "if (bm + BLOCK_M <= M && bn + BLOCK_N <= N && N % 8 == 0)", "if (true)"),
+    "slot path without barriers": _in_slot_path(
+        lambda s: s.replace("GroupMemoryBarrierWithGroupSync();", "")),
+    "slot in pt_smem4": _in_slot_path(lambda s: s.replace(
+        "const int slot = wave * 256;", "const int slot = wave * 32;").replace(
+        "(pt_out, slot, 16);", "(pt_smem4, slot, 2);").replace(
+        "C[r * N + c] = pt_out[slot + e];",
+        "{ const uint w = pt_smem4[slot + e / 8][(e % 8) / 2]; "
+        "C[r * N + c] = (DTYPE)f16tof32(e % 2 != 0 ? w >> 16 : w & 0xFFFF); }")),
+})
 
 
 def _ablations(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -180,7 +200,8 @@ def main() -> int:
         reference = _reference_coopmat(gpu, spec.check_sizes)
         shaders += reference
         if args.ablate:
-            shaders += _ablations([row for row in reference if "128x128x32 2x2" in row[0]])
+            shaders += _ablations([row for row in reference if "128x128x32 2x2" in row[0]
+                                   and ("interior" in row[0] or "vector" not in row[0])])
         shaders += [(f"staged cooperative matrices, {wm}x{wn} subgroups of {tm}x{tn}, "
                      f"k {bk}", STAGED,
                      {"WAVE": 32, "WAVES_M": wm, "WAVES_N": wn, "TILES_M": tm, "TILES_N": tn,

@@ -210,8 +210,59 @@ def on_cupy(dtype: str, n: int, repeats: int) -> dict[str, Any]:
         end.record()
         end.synchronize()
         back_to_back.append(float(cp.cuda.get_elapsed_time(start, end)) / 20)
-    return {"cupy flushed": _summary(flushed, n),
-            "cupy back to back": _summary(back_to_back, n)}
+    found = {"cupy flushed": _summary(flushed, n),
+             "cupy back to back": _summary(back_to_back, n)}
+    found.update(_harness_parts(dtype, n, repeats, a, b, c, call))
+    return found
+
+
+def _harness_parts(dtype: str, n: int, repeats: int, a: Any, b: Any, c: Any,
+                   call: Any) -> dict[str, Any]:
+    """`cupy flushed` with one part of the harness's way at a time: its inputs copied
+    into the arrays, its stream (non-blocking), its L2 flush (memsetAsync), its buffers
+    (one fenced problem, the arrays' data copied in)."""
+    import cupy as cp
+
+    from peak_tune.backends import _cuda_device as device_code
+    from peak_tune.backends import _cuda_worker as worker
+
+    device_code.cupy_module()
+    state, spec = device_code.state, load_spec(SPEC)
+    size = ProblemSize.of({"M": n, "N": n, "K": n})
+    problem = device_code._device_problem(spec, size, dtype, 2, None)
+    flush = cp.empty(256 << 20, dtype=cp.uint8)
+
+    def timed(run: Any, stream: Any, harness_flush: bool) -> dict[str, Any]:
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        samples = []
+        for i in range(repeats):
+            if harness_flush:
+                device_code._flush_l2(i)
+            else:
+                with stream:
+                    flush.fill(i % 256)
+            start.record(stream)
+            with stream:
+                run()
+            end.record(stream)
+            end.synchronize()
+            samples.append(float(cp.cuda.get_elapsed_time(start, end)))
+        return _summary(samples, n)
+
+    null = cp.cuda.Stream.null
+    saved = a.copy(), b.copy()
+    rows = {"cupy flushed, our stream": timed(call, state.stream, False),
+            "cupy flushed, memsetAsync flush": timed(call, state.stream, True)}
+    a[...] = problem.inner["A"].reshape(n, n)
+    b[...] = problem.inner["B"].reshape(n, n)
+    rows["cupy flushed, harness inputs"] = timed(call, null, False)
+    a[...], b[...] = saved
+    problem.inner["A"][...] = a.reshape(-1)
+    problem.inner["B"][...] = b.reshape(-1)
+    run = worker._cublas_binder(spec, dtype, "gemm")[1](problem)
+    rows["harness buffers, cupy data"] = timed(run, null, False)
+    rows["harness buffers, cupy data, our stream"] = timed(run, state.stream, True)
+    return rows
 
 
 def on_torch(dtype: str, n: int, repeats: int) -> dict[str, Any] | None:
