@@ -77,6 +77,20 @@ REFERENCE_COOPMAT = (
       "interior-tiles", "cooperative-matrix"), 128, 128, 16, 2, 2),
     (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
       "interior-tiles", "cooperative-matrix"), 128, 256, 32, 2, 4),
+    # with direct-store: the tiles straight to C (sizes of whole block tiles)
+    (("refactor", "tb-tiling", "cooperative-matrix", "direct-store"), 128, 128, 32, 2, 2),
+    (("refactor", "block-swizzle", "tb-tiling", "vector-loads", "interior-tiles",
+      "cooperative-matrix", "direct-store"), 128, 128, 32, 2, 2),
+    (("refactor", "block-swizzle", "tb-tiling", "vector-loads", "interior-tiles",
+      "cooperative-matrix", "direct-store"), 128, 128, 16, 2, 2),
+    (("refactor", "block-swizzle", "tb-tiling", "vector-loads", "interior-tiles",
+      "cooperative-matrix", "direct-store"), 128, 128, 32, 4, 2),
+    (("refactor", "block-swizzle", "tb-tiling", "vector-loads", "interior-tiles",
+      "cooperative-matrix", "direct-store"), 128, 256, 32, 2, 4),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
+      "interior-tiles", "cooperative-matrix", "direct-store"), 128, 128, 32, 2, 2),
+    (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
+      "interior-tiles", "cooperative-matrix", "direct-store"), 128, 128, 16, 2, 2),
 )
 
 

@@ -42,7 +42,7 @@ CONFIG = EvalConfig(timeout_s=60.0, warmup=1, repeats=2, max_timing_s=5.0)
 needs_compiler = pytest.mark.skipif(not COMPILERS_HERE, reason="no HLSL compiler on PATH")
 needs_vulkan = pytest.mark.skipif(_no_vulkan() is not None, reason=f"no Vulkan: {_no_vulkan()}")
 # the steps every Vulkan device has (cooperative-matrix needs a device that offers them)
-SIMT_STEPS = tuple(t for t in HLSL_STEPS if t != "cooperative-matrix")
+SIMT_STEPS = tuple(t for t in HLSL_STEPS if t not in ("cooperative-matrix", "direct-store"))
 COOPMAT_SEQUENCES = (
     ["refactor", "tb-tiling", "cooperative-matrix"],
     ["refactor", "tb-tiling", "register-staging", "double-buffer", "cooperative-matrix",
@@ -277,8 +277,8 @@ _EMULATED = ((r"TileA\.Load<CoopMatMatrixLayout::RowMajor>\(pt_smem4, ", "emu_lo
              (r"TileB\.Load<CoopMatMatrixLayout::RowMajor>\(pt_smem4, ", "emu_load("),
              (r"coopMatMulAdd<float, false>\(", "emu_mma("),
              (r"acc\[i\]\[j\] = Sum\(0\.0\);", "acc[i][j] = emu_zero(wave, i, j);"),
-             (r"Out\((.+?)\)\.Store<CoopMatMatrixLayout::RowMajor>\(pt_out, ", r"emu_store(\1, "),
-             (r"Out\((.+?)\)\.Store<CoopMatMatrixLayout::RowMajor>\(C, ", r"emu_store_c(\1, "),
+             (r"Out\((.+?)\)\.Store<CoopMatMatrixLayout::RowMajor>\((pt_out|C), ",
+              r"emu_store_\2(\1, "),
              (r"using namespace linalg;\n(typealias \w+ = CoopMat<.*>;\n)+", ""))
 EMULATION = (ROOT / "tests" / "fixtures" / "hlsl" / "coopmat_emulation.slang").read_text()
 
@@ -289,7 +289,10 @@ def emulated(source: str) -> str:
         source, count = re.subn(pattern, replacement, source)
         assert count, f"the shader has no {pattern}: the emulation is out of date"
     assert not needs_slang(source.replace("linalg", "")), "a cooperative-matrix call is left"
-    return source.replace("[numthreads(", EMULATION + "\n[numthreads(", 1)
+    emulation = EMULATION
+    if "pt_out" not in source:  # direct-store: no slot, and no store into one
+        emulation = re.sub(r"\nvoid emu_store_pt_out\(.*?\n}\n", "\n", emulation, flags=re.S)
+    return source.replace("[numthreads(", emulation + "\n[numthreads(", 1)
 
 
 @needs_vulkan
@@ -326,12 +329,54 @@ def test_cooperative_matrix_variants_give_c_with_the_matrices_emulated(catalog, 
                                                    "return A8[off / 8 + 1];")
         with pytest.raises(WrongResult):
             run(misread)
-        # and so is a direct store one column off (blocks inside C store straight to it)
+
+
+DIRECT = ["refactor", "block-swizzle", "tb-tiling", "vector-loads", "interior-tiles",
+          "cooperative-matrix", "direct-store"]
+
+
+@needs_vulkan
+@pytest.mark.hlsl
+def test_direct_store_gives_c_at_whole_tiles_and_refuses_other_sizes(catalog, lavapipe,
+                                                                     tmp_path):
+    """direct-store's tiles go straight to C: right at sizes of whole block tiles (the
+    matrices emulated on lavapipe), a store one column off is caught, and a size that is
+    not whole tiles is refused before anything runs (the variant's size constraints)."""
+    try:
+        find_compiler("slang")
+    except BackendUnavailable as exc:
+        pytest.skip(f"no slang to build the cooperative-matrix variants with: {exc}")
+    context = applied(catalog, catalog.device("h200"), DIRECT)
+    assert context.size_constraints == ("M % BLOCK_M == 0", "N % BLOCK_N == 0", "N % 8 == 0")
+    assert "pt_out" not in context.source
+    device = dataclasses.replace(lavapipe, facts={**lavapipe.facts, "hlsl_compiler": "slang"})
+    params = {k: v for k, v in COOPMAT_SMALL.items() if k in {p.name for p in context.params}}
+    whole = ProblemSize.of({"M": 64, "N": 64, "K": 80})
+    # 13 x 11 x 17 is not whole tiles: left out of the checks; 32 x 96 x 48 is checked
+    checks = (*CHECKS, ProblemSize.of({"M": 32, "N": 96, "K": 48}))
+    with HlslBackend(device) as backend:
+        backend.probe()
+
+        def run(source: str, size: ProblemSize) -> float:
+            shader = dataclasses.replace(context, source=source)
+            artifact = backend.compile(shader, params, "float16", str(tmp_path))
+            return backend.evaluate(artifact, EvalRequest(
+                spec=catalog.spec("matmul"), context=shader, params=params, dtype="float16",
+                size=size, check_sizes=checks, config=CONFIG)).gflops
+
+        assert run(emulated(context.source), whole) > 0
         shifted = emulated(context.source).replace("bn + wc + 16 * j, N);",
                                                    "bn + wc + 16 * j + 1, N);")
         assert shifted != emulated(context.source)
         with pytest.raises(WrongResult):
-            run(shifted)
+            run(shifted, whole)
+        with pytest.raises(InvalidPoint, match="N % BLOCK_N == 0"):
+            run(emulated(context.source), SIZE)
+
+
+def test_direct_store_needs_cooperative_matrices(catalog):
+    with pytest.raises(InvalidPoint, match="requires cooperative-matrix"):
+        applied(catalog, catalog.device("h200"), ["refactor", "tb-tiling", "direct-store"])
 
 
 @pytest.mark.hlsl
@@ -366,7 +411,8 @@ def test_the_ci_compiler_check_lists_a_build_for_every_step():
     spec.loader.exec_module(check)
     for compiler in ("dxc", "slang"):
         names = [case[0] for case in check.cases(compiler)]
-        expected = set(SIMT_STEPS) | ({"cooperative-matrix"} if compiler == "slang" else set())
+        expected = set(SIMT_STEPS) | ({"cooperative-matrix", "direct-store"}
+                                      if compiler == "slang" else set())
         assert expected <= set(names), compiler
     coopmat = next(case for case in check.cases("slang") if case[0] == "cooperative-matrix")
     assert coopmat[2]["DTYPE"] == "half" and coopmat[3]  # fp16 with 16-bit types

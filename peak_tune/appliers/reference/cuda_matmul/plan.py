@@ -87,6 +87,9 @@ class Plan:
     # wave-broadcast: lanes read shares of the thread-cache fragments from the groupshared
     # tiles and pass them on with WaveReadLaneAt (HLSL only)
     wave_broadcast: bool = False
+    # direct-store: the cooperative-matrix tiles go straight to C; the shader then serves
+    # only sizes of whole block tiles (HLSL only)
+    direct_store: bool = False
 
     def but(self, **changes: bool) -> Plan:
         return replace(self, **changes)
@@ -100,7 +103,7 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
-          "hlsl", "coopmat", "persistent", "budget", "wave_broadcast")
+          "hlsl", "coopmat", "persistent", "budget", "wave_broadcast", "direct_store")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
                "tma", "persistent", "budget")
@@ -111,10 +114,10 @@ AMD_ONLY = ("mfma",)
 # compute does not give.
 HLSL_PARTS = ("tiled", "shared", "thread_tile", "thread_cache", "strided", "transpose_a",
               "padded", "vector_a", "vector_b", "staging", "double_buffer", "swizzle",
-              "interior", "warp_tile", "hlsl", "coopmat", "wave_broadcast")
+              "interior", "warp_tile", "hlsl", "coopmat", "wave_broadcast", "direct_store")
 # Parts only an HLSL shader has (Vulkan's cooperative matrices, the wave intrinsics'
 # fragment sharing): not in CUDA or HIP.
-HLSL_ONLY = ("coopmat", "wave_broadcast")
+HLSL_ONLY = ("coopmat", "wave_broadcast", "direct_store")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -168,6 +171,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("wave_broadcast", "shared"),
     ("wave_broadcast", "thread_cache"),
     ("wave_broadcast", "warp_tile"),
+    ("direct_store", "coopmat"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),

@@ -359,6 +359,18 @@ def cooperative_matrix(plan: Plan, device: DeviceProfile) -> Change:
     return Change(child, ties)
 
 
+def direct_store(plan: Plan, device: DeviceProfile) -> Change:
+    """The cooperative-matrix tiles stored straight to C: no groupshared slot, no bounds,
+    so only sizes of whole block tiles with rows of whole 16-byte pieces (declared as the
+    variant's size constraints; other sizes are refused, not run)."""
+    _once(plan.direct_store, "direct-store: the tiles already go straight to C")
+    if not plan.coopmat:
+        raise InvalidPoint("direct-store stores cooperative-matrix tiles: apply "
+                           "cooperative-matrix first")
+    return Change(plan.but(direct_store=True),
+                  size_constraints=("M % BLOCK_M == 0", "N % BLOCK_N == 0", "N % 8 == 0"))
+
+
 def wave_broadcast(plan: Plan, device: DeviceProfile) -> Change:
     """Each lane reads a share of the thread-cache fragments its wave patch's row (A) or
     column (B) needs, and gets the rest from the lanes that read them (WaveReadLaneAt):
@@ -430,4 +442,5 @@ RULES: Mapping[str, Rule] = {
     "mfma": mfma,
     "cooperative-matrix": cooperative_matrix,
     "wave-broadcast": wave_broadcast,
+    "direct-store": direct_store,
 }

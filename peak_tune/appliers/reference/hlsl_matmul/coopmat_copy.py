@@ -10,10 +10,10 @@ copies (hlsl_matmul/copy.py), so the K loops call either; the vector-loads flag 
 accepted and not needed (every piece is 16 bytes here).
 
 This is what the hand-written shader tests/fixtures/hlsl/coopmat_fp16_staged.slang
-does (163-190 TFLOP/s fp16 4096 on an H200). The copies alone did not bring the
-reference shaders there (30-35 TFLOP/s, as with element copies): the epilogue through
-groupshared memory and the branch to the gather did; see _read and the epilogue in
-emit.py (benchmarks/results/2026-12-05-h200-hlsl-coopmat-ablation.json).
+does (163-196 TFLOP/s fp16 4096 on an H200 and an H100). The copies alone did not
+bring the reference shaders there (30-35 TFLOP/s, as with element copies): the
+epilogue through groupshared memory held them back (emit.py's _coopmat_epilogue and
+direct-store).
 """
 
 from __future__ import annotations
@@ -90,8 +90,7 @@ def _pieces(writer: HlslWriter, op: Operand, body: list[str]) -> None:
 def _read(op: Operand) -> list[str]:
     """A piece's load: with vector-loads' `vec` (rows of whole pieces) and interior-tiles'
     `edge`, literals in the K loop that has both, `full` is a constant there and the
-    gather is gone: the branch to it cost the 16-byte loads most of their speed on an
-    H200 (direct stores alone 69-119 TFLOP/s, without the gather 156-210)."""
+    gather is gone from that loop."""
     unless = "!edge || " if op.unchecked else ""
     whole = "vec" if op.vector else "ld % 8 == 0"
     return [f"const bool row_in = {unless}row0 + r < row_hi;",

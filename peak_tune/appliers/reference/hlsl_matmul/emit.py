@@ -67,7 +67,7 @@ def emit_shader(plan: Plan, entry: str) -> str:
         else:
             _compute_direct(writer, plan)
         if plan.coopmat:
-            _coopmat_epilogue(writer)
+            _coopmat_epilogue(writer, plan)
         else:
             _epilogue(writer)
     return writer.text()
@@ -116,7 +116,7 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
             writer.line("[[vk::binding(1)]] StructuredBuffer<PT_DTYPE4> B4;")
     writer.line("")
     if plan.coopmat:
-        _coopmat_types(writer)
+        _coopmat_types(writer, plan)
     if plan.shared and plan.coopmat:
         emit_coopmat_copy_helpers(writer, plan)
     elif plan.shared:
@@ -186,7 +186,7 @@ def _epilogue(writer: HlslWriter) -> None:
 # ------------------------------------------------------------------ cooperative matrices
 
 
-def _coopmat_types(writer: HlslWriter) -> None:
+def _coopmat_types(writer: HlslWriter, plan: Plan) -> None:
     writer.lines(
         "// cooperative-matrix: Vulkan's subgroup matrices (Slang's linalg module, printed",
         "// as Slang: only Slang compiles them), 16 x 16 x 16 with fp32 accumulation.",
@@ -198,9 +198,11 @@ def _coopmat_types(writer: HlslWriter) -> None:
         "typealias Sum = CoopMat<float, MemoryScope.Subgroup, 16, 16, "
         "CoopMatMatrixUse::MatrixAccumulator>;",
         "typealias Out = CoopMat<DTYPE, MemoryScope.Subgroup, 16, 16, "
-        "CoopMatMatrixUse::MatrixAccumulator>;",
-        "groupshared DTYPE pt_out[WAVES_M * WAVES_N * 256]; // a 16 x 16 slot per subgroup",
-        "")
+        "CoopMatMatrixUse::MatrixAccumulator>;")
+    if not plan.direct_store:
+        writer.line("groupshared DTYPE pt_out[WAVES_M * WAVES_N * 256]; // a 16 x 16 slot per "
+                    "subgroup")
+    writer.line("")
 
 
 def _coopmat_accumulators(writer: HlslWriter) -> None:
@@ -228,28 +230,27 @@ def _coopmat_tile(writer: HlslWriter, a_tile: str, b_tile: str) -> None:
             writer.line("acc[i][j] = coopMatMulAdd<float, false>(a[i], b[j], acc[i][j]);")
 
 
-def _coopmat_epilogue(writer: HlslWriter) -> None:
-    """A block wholly inside C, whose rows are whole 16-byte pieces, stores its tiles
-    straight to C; any other goes through the subgroup's groupshared slot, in bounds
-    only. (The slot for every block ran at 30-35 TFLOP/s fp16 4096 on an H200 where the
-    direct stores ran 69-119: benchmarks/hlsl_vulkan_check.py --ablate.)"""
-    writer.line("// Tiles of blocks inside C straight to C (16-byte aligned rows).")
-    with writer.block("if (bm + BLOCK_M <= M && bn + BLOCK_N <= N && N % 8 == 0)"):
+def _coopmat_epilogue(writer: HlslWriter, plan: Plan) -> None:
+    """Each tile through the subgroup's groupshared slot to C, in bounds only; with
+    direct-store, straight to C (whole block tiles only). The slot's store, even on a
+    branch no block takes, held every such shader at 30-35 TFLOP/s fp16 4096 on an H100
+    and an H200, where the direct stores alone ran 160-206
+    (benchmarks/results/2026-12-05-h200-hlsl-coopmat-ablation.json)."""
+    if plan.direct_store:
+        writer.line("// direct-store: each tile straight to C (whole block tiles only)")
         with writer.unrolled("i", "PT_CM_M"), writer.unrolled("j", "PT_CM_N"):
             writer.line("Out(acc[i][j]).Store<CoopMatMatrixLayout::RowMajor>(C, "
                         "(bm + wr + 16 * i) * N + bn + wc + 16 * j, N);")
-    with writer.block("else"):
-        writer.lines("// Each tile through the subgroup's groupshared slot to C, in bounds "
-                     "only.", "const int slot = wave * 256;")
-        with writer.unrolled("i", "PT_CM_M"), writer.unrolled("j", "PT_CM_N"):
-            writer.line("Out(acc[i][j]).Store<CoopMatMatrixLayout::RowMajor>(pt_out, slot, "
-                        "16);")
-            writer.line(_BARRIER)
-            with writer.block("for (int e = lane; e < 256; e += PT_WAVE_SIZE)"):
-                writer.line("const int r = bm + wr + 16 * i + e / 16, "
-                            "c = bn + wc + 16 * j + e % 16;")
-                writer.line("if (r < M && c < N) C[r * N + c] = pt_out[slot + e];")
-            writer.line(_BARRIER)
+        return
+    writer.lines("// Each tile through the subgroup's groupshared slot to C, in bounds only.",
+                 "const int slot = wave * 256;")
+    with writer.unrolled("i", "PT_CM_M"), writer.unrolled("j", "PT_CM_N"):
+        writer.line("Out(acc[i][j]).Store<CoopMatMatrixLayout::RowMajor>(pt_out, slot, 16);")
+        writer.line(_BARRIER)
+        with writer.block("for (int e = lane; e < 256; e += PT_WAVE_SIZE)"):
+            writer.line("const int r = bm + wr + 16 * i + e / 16, c = bn + wc + 16 * j + e % 16;")
+            writer.line("if (r < M && c < N) C[r * N + c] = pt_out[slot + e];")
+        writer.line(_BARRIER)
 
 
 # ------------------------------------------------------------------ the K loop
