@@ -1,13 +1,12 @@
 """Is cuBLAS's time the library's or the harness's? The same gemmEx timed several ways.
 
 The ratios every CUDA study reports divide by cuBLAS as the GPU worker times it (fresh
-inputs in fenced buffers for each run, L2 flushed, CUDA events around the one call,
-after half a second of back-to-back calls that bring an idle GPU's clocks up). This
-times the same call, each way after 3 s with the GPU idle:
+inputs in fenced buffers for each run, L2 flushed, CUDA events around the one call;
+two passes, the faster kept). This times the same call, each way after 3 s with the GPU
+idle:
   - through the worker (`worker`), as a study does;
-  - with the worker's own code in a process of its own, with the fenced buffers without
-    the clock ramp (`fenced, no ramp`: as before the ramp) and with it (`fenced`), and
-    with plain allocations (`plain`: the fence switched off);
+  - with the worker's own code in a process of its own, with the fenced buffers
+    (`fenced`) and with plain allocations (`plain`: the fence switched off);
   - on three CuPy arrays with the L2 flushed before each call (`cupy flushed`) and back
     to back, 20 calls between two events (`cupy back to back`);
   - and through PyTorch where it is installed (`torch`),
@@ -43,7 +42,7 @@ from peak_tune.catalog.loaders import load_spec  # noqa: E402
 from peak_tune.core import ProblemSize  # noqa: E402
 
 SPEC = ROOT / "seeds" / "matmul"
-WAYS = ("fenced, no ramp", "fenced", "plain")  # the worker's code in a process of its own
+WAYS = ("fenced", "plain")  # the worker's code in a process of its own
 
 
 def _tflops(n: int, ms: float) -> float:
@@ -76,16 +75,13 @@ IDLE_S = 3.0  # the GPU idles this long before each way is timed
 
 
 def in_process(dtype: str, n: int, repeats: int, way: str) -> dict[str, Any]:
-    """The worker's `_vendor` handler called here, with or without the fence and the
-    clock ramp (in a process of its own: the fence is chosen once per process)."""
+    """The worker's `_vendor` handler called here, with or without the fence (in a
+    process of its own: the fence is chosen once per process)."""
     from peak_tune.backends import _cuda_fence, _cuda_worker
 
     if way == "plain":
         _cuda_fence.FencedBlocks._load = lambda self: False  # type: ignore[method-assign]
-    if way == "fenced, no ramp":
-        _cuda_worker.VENDOR_CLOCK_RAMP_S = 0.0
     time.sleep(IDLE_S)
-
     reply = _cuda_worker._vendor({"spec": spec_to_wire(load_spec(SPEC)), "dtype": dtype,
                                   "size": {"M": n, "N": n, "K": n},
                                   "config": config_to_wire(EvalConfig(repeats=repeats)),
@@ -155,7 +151,6 @@ def controlled(message: dict[str, Any], repeats: int) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for name, bind in binders.items():
         device_code.validate(spec, size, dtype, 0, bind)
-        device_code.raise_clocks(spec, size, dtype, 0, bind, 0.5)
         rows = {"harness": _summary(device_code.time_then_check(
             spec, size, dtype, 1, bind, timing), n)}
         run = bind(device_code._device_problem(spec, size, dtype, 2, None))

@@ -57,8 +57,8 @@ from peak_tune.evaluation.validation import (
 from peak_tune.harness.values import secret_seed
 
 __all__ = ["Binder", "Call", "DeviceFault", "DeviceProblem", "Timing", "cupy_module",
-           "device_errors", "guarded", "in_stream", "phase", "phases_ms", "raise_clocks",
-           "references", "state", "time_then_check", "validate"]
+           "device_errors", "guarded", "in_stream", "phase", "phases_ms", "references",
+           "state", "time_then_check", "validate"]
 
 _POISON_BYTES = (0xFF, 0x7F, 0x3C, 0xC4, 0x41, 0xBE)  # NaN, huge, ~0.01, ~-600, 12, -0.4
 _POOL_OFFSET = 1000  # timed runs' seeds: base + this + run index
@@ -331,25 +331,6 @@ def _device_problem(
         if problem is not None:
             return DeviceProblem(upload(problem, None))
         return DeviceProblem(references.get(spec, size, dtype, state.seed_base + seed))
-
-
-def raise_clocks(spec: KernelSpec, size: ProblemSize, dtype: str, seed: int, bind: Binder,
-                 seconds: float) -> None:
-    """Run `bind`'s call back to back for `seconds` on one set of inputs (not checked).
-
-    An idle GPU clocks down (an idle H200 reads 345 of 1980 MHz) and timed runs spaced by
-    fresh inputs do not bring it back up at once: cuBLAS timed first in a process, on a GPU
-    idle just before, ran at 547 TFLOP/s (fp16, 4096) on an H200 where the same call reached
-    761 in a busy study. The vendor, timed once and often first, runs this before its
-    timed runs so that it is timed at the clock the variants see."""
-    if seconds <= 0:
-        return
-    device = _device_problem(spec, size, dtype, seed, None)
-    run = bind(device)
-    with phase("raise clocks"):
-        ends = time.perf_counter() + seconds
-        while time.perf_counter() < ends:
-            guarded(run)
 
 
 def time_then_check(

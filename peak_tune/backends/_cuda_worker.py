@@ -34,7 +34,6 @@ from peak_tune.backends._cuda_device import (
     device_errors,
     in_stream,
     phases_ms,
-    raise_clocks,
     state,
     time_then_check,
     validate,
@@ -48,7 +47,6 @@ from peak_tune.errors import CompileError, NoVendorLibrary, UserError, WrongResu
 _log = logging.getLogger(__name__)
 
 _MAX_MODULES = 32  # loaded cubins kept; the oldest is unloaded beyond this
-VENDOR_CLOCK_RAMP_S = 0.5  # the vendor runs back to back this long before it is timed
 _CUBLAS_TYPES = {"float32": (0, 68, np.float32), "float16": (2, 68, np.float32),
                  "bfloat16": (14, 68, np.float32),
                  "float64": (1, 70, np.float64)}  # cudaDataType, cublasComputeType, scalars
@@ -309,8 +307,13 @@ def _vendor(request: dict[str, Any]) -> dict[str, Any]:
     name, bind = _cublas_binder(spec, dtype, str(request.get("call", "gemm")))
     bind = in_stream(bind)
     validate(spec, size, dtype, timing.seed, bind)
-    raise_clocks(spec, size, dtype, timing.seed, bind, VENDOR_CLOCK_RAMP_S)
-    samples_ms = time_then_check(spec, size, dtype, timing.seed + 1, bind, timing)
+    # Timed twice, the faster pass kept: on buffers fresh in this process cuBLAS ran
+    # 430-520 TFLOP/s (fp16 4096, H100) where a second pass on the same mappings ran
+    # 650-670 (benchmarks/vendor_timing.py); the vendor is trusted code, so keeping its
+    # better pass only makes a variant's ratio harder to earn.
+    passes = [time_then_check(spec, size, dtype, timing.seed + 1, bind, timing)
+              for _ in range(2)]
+    samples_ms = min(passes, key=lambda samples: sorted(samples)[len(samples) // 2])
     return {"name": name, "samples_ms": samples_ms, "phases_ms": dict(phases_ms)}
 
 

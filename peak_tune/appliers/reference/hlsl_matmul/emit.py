@@ -235,7 +235,7 @@ def _coopmat_epilogue(writer: HlslWriter, plan: Plan) -> None:
     direct-store, straight to C (whole block tiles only). The slot's store, even on a
     branch no block takes, held every such shader at 30-35 TFLOP/s fp16 4096 on an H100
     and an H200, where the direct stores alone ran 160-206
-    (benchmarks/results/2026-12-05-h200-hlsl-coopmat-ablation.json)."""
+    (benchmarks/results/2026-12-05-h200-h100-vendor-timing-hlsl-coopmat-ablation.json)."""
     if plan.direct_store:
         writer.line("// direct-store: each tile straight to C (whole block tiles only)")
         with writer.unrolled("i", "PT_CM_M"), writer.unrolled("j", "PT_CM_N"):
