@@ -21,6 +21,7 @@ from peak_tune.core import Measurement, ProblemSize
 from peak_tune.errors import WrongResult
 from peak_tune.harness.noise import NoisePolicy, measure_steadily, timing_spread
 from peak_tune.harness.vendor import VENDOR_ATTR, VendorClock, VendorFigure, VendorSchedule
+from tests.instant_backend import InstantCudaBackend
 from tests.user_kernels import SLEEPY_C, one_seed_catalog
 
 SMALL = ["--size", "64", "--repeats", "3"]
@@ -194,6 +195,41 @@ def test_the_vendor_is_timed_again_only_after_timed_trials():
     for _ in range(50):  # answered by the cache: nothing ran, nothing to compare with
         clock.saw_trial(timed=False, noisy=False)
         assert clock.due() is None
+
+
+def test_a_gpu_study_times_the_vendor_by_the_clock_and_not_by_the_hosts_load(
+        tmp_path, monkeypatch):
+    """A GPU study beside spinning processes (the builds of a real one keep the host
+    busy): the vendor is timed at the start and after the 1st and 10th timed trials, not
+    every 25 as on the CPU, and the host's load neither re-times nor flags it (the C
+    backend's test above: flagged, re-measured)."""
+    from peak_tune.session import parts, tune
+    from peak_tune.session.config import TuneConfig
+
+    monkeypatch.setattr(parts, "make_backend", lambda name, device: InstantCudaBackend(device))
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(max(2, os.cpu_count() or 1))]
+    try:
+        session = tune.open_session(TuneConfig.of(
+            backend="cuda", device="h200", dtype="float32", results=tmp_path, seed=0,
+            sizes=({"M": 256, "N": 256, "K": 256},), executor="local", ask_ahead=0))
+        try:
+            session.measure_vendor()
+            session.run(80, lambda record: None)
+            timed = session.vendors.clock.timed
+            timings = session.vendors.figures["256x256x256"].timings
+        finally:
+            session.close()
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert timed >= 26  # the host's schedule would have timed it every 25 by now
+    reasons = [t.reason for t in timings]
+    assert reasons[:3] == ["start", "after 1 timed trial", "after 10 timed trials"]
+    # then the best re-timed at the run's end, and on a slow CI machine the clock
+    assert set(reasons[3:]) <= {"every 30 s", "end-of-run re-timing"}
+    assert not any(t.noisy or t.remeasured for t in timings)
 
 
 REPLAY = Path(__file__).parent / "fixtures" / "replay" / "matmul-c-small.json"

@@ -16,9 +16,11 @@ from peak_tune.errors import EvaluationError, NoVendorLibrary
 from peak_tune.evaluation.pipeline import Pipeline
 from peak_tune.harness.noise import measure_steadily
 from peak_tune.harness.vendor import (
+    DEVICE_SCHEDULE,
     VENDOR_ATTR,
     VendorClock,
     VendorFigure,
+    VendorSchedule,
     VendorStore,
     VendorTiming,
     load_average,
@@ -50,7 +52,10 @@ class VendorBook:
         self._store = VendorStore(pipeline.cache.folder)
         self.chosen: dict[str, tuple[str, Measurement]] = {}  # size -> its chosen timing
         self.figures: dict[str, VendorFigure] = {}  # size -> every timing
-        self.clock = VendorClock()
+        # kernels timed on this machine's CPU share it with everything else: the host's
+        # schedule, and its load watched; a device's timings are neither moved by it
+        self._on_host = backend.capabilities.on_host
+        self.clock = VendorClock(VendorSchedule() if self._on_host else DEVICE_SCHEDULE)
         # False once the backend said the device has no vendor library (NoVendorLibrary):
         # the ratio is then to the documented peak (`denominator`), nothing is re-timed
         self.library = True
@@ -148,7 +153,7 @@ class VendorBook:
             names.append(name)
             return measurement
 
-        steady = measure_steadily(once, setup.noise, watch_load=True)
+        steady = measure_steadily(once, setup.noise, watch_load=self._on_host)
         return names[-1], VendorTiming(
             steady.measurement.samples_ms, steady.measurement.flops, time.time(),
             load_average(), reason, steady.why, steady.remeasured, steady.busy_cores)
