@@ -5,9 +5,10 @@ Builds the naive seed shader and a 16x16 groupshared-tile shader with the HLSL b
 own harness at each size, and times cuBLAS (the CUDA backend's vendor) at the same
 sizes in the same process, on the first NVIDIA GPU. With --dtype float16, also the
 cooperative-matrix shader (tensor cores through VK_KHR_cooperative_matrix, built by
-Slang) at several tile shapes per subgroup. Writes JSON to --out and prints one line
-per row. Needs the Vulkan loader and NVIDIA's ICD (../shared/PERF.md) and CuPy; Slang's
-library for float16 (PEAK_TUNE_SLANG_LIBRARY).
+Slang) at several tile shapes per subgroup, and with NVIDIA's workgroup-scope matrices
+(VK_NV_cooperative_matrix2) at several thread-group tiles. Writes JSON to --out and
+prints one line per row. Needs the Vulkan loader and NVIDIA's ICD (../shared/PERF.md)
+and CuPy; Slang's library for float16 (PEAK_TUNE_SLANG_LIBRARY).
 
     python3 benchmarks/hlsl_vulkan_check.py --device h200 --sizes 1024,4096
     python3 benchmarks/hlsl_vulkan_check.py --device h200 --sizes 4096 --dtype float16
@@ -47,6 +48,13 @@ STAGED_SHAPES = ((2, 2, 4, 4, 32), (2, 2, 2, 4, 32), (4, 2, 2, 4, 32), (2, 4, 4,
                  (2, 2, 4, 4, 16), (2, 2, 2, 2, 32), (4, 2, 2, 4, 16), (2, 4, 4, 2, 16),
                  (4, 4, 2, 2, 16), (4, 2, 4, 4, 16), (2, 4, 4, 4, 16), (4, 4, 2, 4, 16))
 STAGED_CHECKS = (ProblemSize.of({"M": 256, "N": 256, "K": 96}),)  # multiples of 128, 32
+WORKGROUP = (FIXTURES / "coopmat_fp16_workgroup.slang").read_text()
+# the workgroup-scope shader's groups: (BM, BN, BK, THREADS)
+WORKGROUP_SHAPES = ((128, 128, 32, 256), (128, 256, 32, 256), (256, 128, 32, 256),
+                    (256, 256, 32, 256), (128, 128, 64, 128), (128, 256, 64, 256),
+                    (256, 128, 64, 256), (128, 128, 32, 128), (64, 64, 32, 128),
+                    (256, 256, 64, 512))
+WORKGROUP_CHECKS = (ProblemSize.of({"M": 512, "N": 512, "K": 192}),)  # multiples of 256, 64
 
 
 # The reference applier's cooperative-matrix step after the steps around it, at a few
@@ -223,6 +231,10 @@ def main() -> int:
                      {"grid_x": f"ceil_div(N, {16 * tn * wn})",
                       "grid_y": f"ceil_div(M, {16 * tm * wm})"}, STAGED_CHECKS)
                     for wm, wn, tm, tn, bk in STAGED_SHAPES]
+        shaders += [(f"workgroup cooperative matrices {bm}x{bn}x{bk}, {threads} threads",
+                     WORKGROUP, {"BM": bm, "BN": bn, "BK": bk, "THREADS": threads},
+                     {"grid_x": f"ceil_div(N, {bn})", "grid_y": f"ceil_div(M, {bm})"},
+                     WORKGROUP_CHECKS) for bm, bn, bk, threads in WORKGROUP_SHAPES]
     if args.only:
         shaders = [shader for shader in shaders
                    if any(part in shader[0] for part in args.only.split(","))]

@@ -1,5 +1,7 @@
 """What a Vulkan device offers compute shaders: its subgroups, 16-bit arithmetic, and the
-cooperative-matrix shapes its driver exposes (VK_KHR_cooperative_matrix), as JSON.
+cooperative-matrix shapes its driver exposes (VK_KHR_cooperative_matrix; with NVIDIA's
+VK_NV_cooperative_matrix2 the thread group's own matrices: its features, the flexible
+shapes' granularities and thread-group sizes), as JSON.
 
     python benchmarks/vulkan_features.py [--out FILE]
 
@@ -18,7 +20,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from peak_tune.backends._vulkan import _instance, _text, _vk  # noqa: E402
+from peak_tune.backends._vulkan import (  # noqa: E402
+    COOPERATIVE_MATRIX_2_FEATURES,
+    RawStruct,
+    _instance,
+    _text,
+    _vk,
+)
 
 WATCHED = ("VK_KHR_cooperative_matrix", "VK_NV_cooperative_matrix",
            "VK_NV_cooperative_matrix2", "VK_EXT_subgroup_size_control",
@@ -46,6 +54,52 @@ def cooperative_shapes(vk: Any, instance: Any, physical: Any) -> list[dict[str, 
                        "saturating": bool(item.saturatingAccumulation),
                        "scope": SCOPES.get(item.scope, item.scope)})
     return shapes
+
+
+# VK_NV_cooperative_matrix2's property structs (sType, then 32-bit fields), laid out by hand
+FLEXIBLE = (1000593001, ("MGranularity", "NGranularity", "KGranularity", "AType", "BType",
+                         "CType", "ResultType", "saturatingAccumulation", "scope",
+                         "workgroupInvocations"))
+LIMITS = (1000593002, ("cooperativeMatrixWorkgroupScopeMaxWorkgroupSize",
+                       "cooperativeMatrixFlexibleDimensionsMaxDimension",
+                       "cooperativeMatrixWorkgroupScopeReservedSharedMemory"))
+
+
+def cooperative_matrix_2(vk: Any, instance: Any, physical: Any) -> dict[str, Any]:
+    """The thread group's matrices: features, limits, and the flexible shapes."""
+    features = RawStruct(*COOPERATIVE_MATRIX_2_FEATURES)
+    vk.vkGetPhysicalDeviceFeatures2(physical, vk.VkPhysicalDeviceFeatures2(
+        sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=features.pointer))
+    limits = RawStruct(*LIMITS)
+    vk.vkGetPhysicalDeviceProperties2(physical, vk.VkPhysicalDeviceProperties2(
+        sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, pNext=limits.pointer))
+    found: dict[str, Any] = {
+        "features": {n: bool(getattr(features, n)) for n in COOPERATIVE_MATRIX_2_FEATURES[1]},
+        "limits": {n: getattr(limits, n) for n in LIMITS[1]}, "flexible": []}
+    address = vk.lib.vkGetInstanceProcAddr(
+        instance, b"vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV")
+    if address == vk.ffi.NULL:
+        return found
+    query = vk.ffi.cast("VkResult (*)(VkPhysicalDevice, uint32_t *, void *)", address)
+    count = vk.ffi.new("uint32_t *")
+    query(physical, count, vk.ffi.NULL)
+    # the driver fills an array of them: one block of 32-bit words, each item's sType set
+    words = 4 + len(FLEXIBLE[1])
+    block = vk.ffi.new("uint32_t[]", words * count[0])
+    for i in range(count[0]):
+        block[i * words] = FLEXIBLE[0]
+    query(physical, count, block)
+    for i in range(count[0]):
+        item = dict(zip(FLEXIBLE[1], block[i * words + 4:(i + 1) * words], strict=True))
+        found["flexible"].append({
+            "M": item["MGranularity"], "N": item["NGranularity"], "K": item["KGranularity"],
+            **{name: COMPONENTS.get(item[field], item[field])
+               for name, field in (("A", "AType"), ("B", "BType"), ("C", "CType"),
+                                   ("result", "ResultType"))},
+            "saturating": bool(item["saturatingAccumulation"]),
+            "scope": SCOPES.get(item["scope"], item["scope"]),
+            "threads": item["workgroupInvocations"]})
+    return found
 
 
 def describe(vk: Any, instance: Any, physical: Any) -> dict[str, Any]:
@@ -77,6 +131,8 @@ def describe(vk: Any, instance: Any, physical: Any) -> dict[str, Any]:
              "cooperative_matrix": []}
     if "VK_KHR_cooperative_matrix" in extensions:
         found["cooperative_matrix"] = cooperative_shapes(vk, instance, physical)
+    if "VK_NV_cooperative_matrix2" in extensions:
+        found["cooperative_matrix_2"] = cooperative_matrix_2(vk, instance, physical)
     return found
 
 

@@ -67,7 +67,8 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
     return {"available": True, "name": device.name, "driver": str(device.driver_version),
             "max_threads": device.max_invocations, "max_shared_bytes": device.max_shared_bytes,
             "robust": device.robust, "storage16": device.storage16,
-            "cooperative_matrix": device.cooperative_matrix}
+            "cooperative_matrix": device.cooperative_matrix,
+            "workgroup_matrix": device.workgroup_matrix}
 
 
 class _Bound:

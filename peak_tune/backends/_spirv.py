@@ -34,12 +34,14 @@ _OP_CONSTANT = 43
 _OP_SPEC_CONSTANT = 50
 _OP_VARIABLE = 59
 _OP_DECORATE = 71
+_OP_TYPE_COOPERATIVE_MATRIX = 4456  # OpTypeCooperativeMatrixKHR
 # operands
 _MODE_LOCAL_SIZE = 17
 _MODE_LOCAL_SIZE_ID = 38
 _STORAGE_UNIFORM = 2
 _STORAGE_WORKGROUP = 4
 _STORAGE_PUSH_CONSTANT = 9
+_SCOPE_WORKGROUP = 2  # a cooperative matrix of the whole thread group (NV's coopmat2)
 _DECORATION_BLOCK = 2  # a uniform (constant) buffer's struct; BufferBlock (3): storage
 _CAPABILITIES = {9: "Float16", 22: "Int16", 39: "Int8", 61: "GroupNonUniform",
                  62: "GroupNonUniformVote", 63: "GroupNonUniformArithmetic",
@@ -60,6 +62,9 @@ class SpirvResources:
     capabilities: tuple[str, ...]  # the named ones the module declares
     push_constant_bytes: int = 0  # the push-constant block's size
     uniform_buffers: int = 0  # constant buffers (cbuffer, a global struct) it reads
+    # cooperative matrices of workgroup scope: a device needs VK_NV_cooperative_matrix2's
+    # cooperativeMatrixWorkgroupScope (no SPIR-V capability says so)
+    workgroup_matrices: bool = False
 
     @property
     def threads(self) -> int:
@@ -79,6 +84,7 @@ def read_resources(module: bytes) -> SpirvResources:
     local: tuple[int, int, int] | None = None
     local_ids: list[int] = []
     capabilities: list[str] = []
+    matrix_scopes: list[int] = []  # the scope operands (ids) of cooperative-matrix types
     for opcode, operands in _instructions(words):
         if opcode == _OP_CAPABILITY and operands:
             name = _CAPABILITIES.get(operands[0])
@@ -93,6 +99,8 @@ def read_resources(module: bytes) -> SpirvResources:
         elif opcode in (_OP_TYPE_BOOL, _OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR,
                         _OP_TYPE_MATRIX, _OP_TYPE_ARRAY, _OP_TYPE_STRUCT):
             types[operands[0]] = (opcode, operands[1:])
+        elif opcode == _OP_TYPE_COOPERATIVE_MATRIX and len(operands) >= 3:
+            matrix_scopes.append(operands[2])
         elif opcode == _OP_TYPE_POINTER and len(operands) >= 3:
             pointers[operands[0]] = (operands[1], operands[2])
         elif opcode in (_OP_CONSTANT, _OP_SPEC_CONSTANT) and len(operands) >= 3:
@@ -118,7 +126,8 @@ def read_resources(module: bytes) -> SpirvResources:
     size = sum(_type_bytes(t, types, constants) for t in shared)
     push = sum(_type_bytes(t, types, constants) for t in pushed)
     return SpirvResources(local, size, tuple(dict.fromkeys(capabilities)), push,
-                          sum(1 for t in uniform if t in blocks))
+                          sum(1 for t in uniform if t in blocks),
+                          any(constants.get(s) == _SCOPE_WORKGROUP for s in matrix_scopes))
 
 
 def _words(module: bytes) -> tuple[int, ...]:

@@ -26,6 +26,16 @@ _API_VERSION = (1, 2, 0)  # SPIR-V 1.5 (Slang's modules), the Vulkan memory mode
 _COOPERATIVE_MATRIX = "VK_KHR_cooperative_matrix"
 _EXECUTABLE_PROPERTIES = "VK_KHR_pipeline_executable_properties"  # the compiler's statistics
 _ENTRY = "main"
+# Cooperative matrices of a whole thread group (larger shapes, the driver stages the
+# tiles), NVIDIA's since 2024: newer than the `vulkan` bindings' headers, so its feature
+# struct is laid out here (RawStruct)
+_COOPERATIVE_MATRIX_2 = "VK_NV_cooperative_matrix2"
+COOPERATIVE_MATRIX_2_FEATURES = (
+    1000593000,  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV
+    ("cooperativeMatrixWorkgroupScope", "cooperativeMatrixFlexibleDimensions",
+     "cooperativeMatrixReductions", "cooperativeMatrixConversions",
+     "cooperativeMatrixPerElementOperations", "cooperativeMatrixTensorAddressing",
+     "cooperativeMatrixBlockLoads"))
 
 
 class VulkanUnavailable(RuntimeError):
@@ -38,6 +48,36 @@ def _vk() -> Any:
     except (ImportError, OSError) as exc:  # OSError: the package without libvulkan.so.1
         raise VulkanUnavailable(f"the vulkan package cannot be loaded: {exc}") from exc
     return vulkan
+
+
+class RawStruct:
+    """A Vulkan struct that the bindings do not declare: sType, pNext, then 32-bit fields
+    (VkBool32, uint32_t, enums), read and written by name."""
+
+    def __init__(self, stype: int, fields: tuple[str, ...], after: Any = None,
+                 **values: int) -> None:
+        ffi = _vk().ffi
+        self._fields = fields
+        self.memory = ffi.new("uint32_t[]", 4 + len(fields))  # sType, padding, pNext
+        self.memory[0] = stype
+        self._after = after  # kept alive while this struct points at it
+        self.pointer: Any = ffi.cast("void *", self.memory)
+        ffi.cast("void **", self.memory + 2)[0] = (
+            ffi.NULL if after is None else after.pointer if isinstance(after, RawStruct)
+            else ffi.cast("void *", ffi.addressof(after)))
+        for name, value in values.items():
+            self.memory[4 + fields.index(name)] = value
+
+    def __getattr__(self, name: str) -> int:
+        fields = self.__dict__.get("_fields", ())
+        if name not in fields:
+            raise AttributeError(name)
+        return int(self.memory[4 + fields.index(name)])
+
+
+def pointer(struct: Any) -> Any:
+    """What a bindings' pNext takes: a RawStruct's memory, or the struct itself (None)."""
+    return struct.pointer if isinstance(struct, RawStruct) else struct
 
 
 def _text(value: Any) -> str:
@@ -140,7 +180,7 @@ class VulkanDevice:
                       vk.vkEnumerateDeviceExtensionProperties(self.physical, None)}
         chain = self._optional_features(extensions)
         supported = vk.VkPhysicalDeviceFeatures2(
-            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=chain[0][1])
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=pointer(chain[0][1]))
         vk.vkGetPhysicalDeviceFeatures2(self.physical, supported)
         self.robust = bool(supported.features.robustBufferAccess)
         # PEAK_TUNE_VULKAN_UNBOUNDED=1 (benchmarks/hlsl_variants.py) measures what robust
@@ -150,13 +190,18 @@ class VulkanDevice:
               for kind, values, fields in chain for name in fields}
         self.storage16 = on[("storage16", "storageBuffer16BitAccess")]
         self.cooperative_matrix = on.get(("cooperative", "cooperativeMatrix"), False)
+        # a thread group's matrices: workgroup scope, at the flexible shapes it needs
+        self.workgroup_matrix = self.cooperative_matrix and all(
+            on.get(("cooperative2", name), False) for name in
+            ("cooperativeMatrixWorkgroupScope", "cooperativeMatrixFlexibleDimensions"))
         self.statistics_on = on.get(("executable", "pipelineExecutableInfo"), False)
         wanted = self._optional_features(extensions, on)
         features = vk.VkPhysicalDeviceFeatures2(
-            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=wanted[0][1],
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=pointer(wanted[0][1]),
             features=vk.VkPhysicalDeviceFeatures(
                 robustBufferAccess=vk.VK_TRUE if robust_on else vk.VK_FALSE))
         enabled = [name for name, used in ((_COOPERATIVE_MATRIX, self.cooperative_matrix),
+                                           (_COOPERATIVE_MATRIX_2, self.workgroup_matrix),
                                            (_EXECUTABLE_PROPERTIES, self.statistics_on))
                    if used]
         info = vk.VkDeviceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
@@ -206,6 +251,10 @@ class VulkanDevice:
             kinds.append(("cooperative", "VkPhysicalDeviceCooperativeMatrixFeaturesKHR",
                           "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR",
                           ("cooperativeMatrix",)))
+        if _COOPERATIVE_MATRIX in extensions and _COOPERATIVE_MATRIX_2 in extensions:
+            # the thread group's matrices: only the two features their shaders use are
+            # enabled (the others, asked for, stay off)
+            kinds.append(("cooperative2", "", "", COOPERATIVE_MATRIX_2_FEATURES[1][:2]))
         if self._want_statistics and _EXECUTABLE_PROPERTIES in extensions:
             kinds.append(("executable",
                           "VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
@@ -216,7 +265,12 @@ class VulkanDevice:
         for kind, struct, stype, names in reversed(kinds):  # built from the tail
             values = {n: vk.VK_TRUE if on and on.get((kind, n)) else vk.VK_FALSE
                       for n in names}
-            after = getattr(vk, struct)(sType=getattr(vk, stype), pNext=after, **values)
+            if not struct:  # one the bindings do not declare
+                after = RawStruct(COOPERATIVE_MATRIX_2_FEATURES[0],
+                                  COOPERATIVE_MATRIX_2_FEATURES[1], after, **values)
+            else:
+                after = getattr(vk, struct)(sType=getattr(vk, stype), pNext=pointer(after),
+                                            **values)
             chain.insert(0, (kind, after, names))
         return chain
 

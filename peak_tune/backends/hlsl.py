@@ -148,7 +148,8 @@ class HlslBackend:
             return log, {"group_x": x, "group_y": y, "group_z": z, "threads": found.threads,
                          "shared_bytes": found.shared_bytes,
                          "cooperative_matrix": int("CooperativeMatrixKHR"
-                                                   in found.capabilities)}
+                                                   in found.capabilities),
+                         "workgroup_matrix": int(found.workgroup_matrices)}
 
         artifact = built_or_reused(build_dir, key, ".spv", build)
         self._check_limits(artifact.resources)
@@ -181,6 +182,11 @@ class HlslBackend:
             raise InvalidPoint(f"the shader uses cooperative matrices, which "
                                f"{self._runner.info()['name']} does not expose "
                                "(VK_KHR_cooperative_matrix)")
+        if resources.get("workgroup_matrix") and \
+                not self._runner.info().get("workgroup_matrix"):
+            raise InvalidPoint(f"the shader uses cooperative matrices of a whole thread "
+                               f"group, which {self._runner.info()['name']} does not expose "
+                               "(VK_NV_cooperative_matrix2's workgroup scope)")
         message = {
             "op": "evaluate", "spirv": artifact.path, "launch": dict(context.launch),
             "params": dict(params),

