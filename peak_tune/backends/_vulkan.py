@@ -237,7 +237,8 @@ class VulkanDevice:
         """The feature structs chained after VkPhysicalDeviceFeatures2, first first:
         (kind, struct, its fields); all off to query them, else `on`'s values."""
         vk = self._vk
-        kinds: list[tuple[str, str, str, tuple[str, ...]]] = [
+        # (kind, the bindings' struct or a RawStruct's (sType, fields), its sType, fields)
+        kinds: list[tuple[str, Any, str, tuple[str, ...]]] = [
             ("storage16", "VkPhysicalDevice16BitStorageFeatures",
              "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES",
              ("storageBuffer16BitAccess", "uniformAndStorageBuffer16BitAccess")),
@@ -254,7 +255,8 @@ class VulkanDevice:
         if _COOPERATIVE_MATRIX in extensions and _COOPERATIVE_MATRIX_2 in extensions:
             # the thread group's matrices: only the two features their shaders use are
             # enabled (the others, asked for, stay off)
-            kinds.append(("cooperative2", "", "", COOPERATIVE_MATRIX_2_FEATURES[1][:2]))
+            kinds.append(("cooperative2", COOPERATIVE_MATRIX_2_FEATURES, "",
+                          COOPERATIVE_MATRIX_2_FEATURES[1][:2]))
         if self._want_statistics and _EXECUTABLE_PROPERTIES in extensions:
             kinds.append(("executable",
                           "VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
@@ -265,9 +267,9 @@ class VulkanDevice:
         for kind, struct, stype, names in reversed(kinds):  # built from the tail
             values = {n: vk.VK_TRUE if on and on.get((kind, n)) else vk.VK_FALSE
                       for n in names}
-            if not struct:  # one the bindings do not declare
-                after = RawStruct(COOPERATIVE_MATRIX_2_FEATURES[0],
-                                  COOPERATIVE_MATRIX_2_FEATURES[1], after, **values)
+            if isinstance(struct, tuple):  # (sType, fields): one the bindings lack
+                stype_value, fields = struct
+                after = RawStruct(stype_value, fields, after, **values)
             else:
                 after = getattr(vk, struct)(sType=getattr(vk, stype), pNext=pointer(after),
                                             **values)
