@@ -1,8 +1,9 @@
 """The wgmma transformation on this machine's Hopper GPU, side by side with cuBLAS.
 
 Builds the reference applier's wgmma sequence, with warp-specialize, and each of the two
-with address-hoisting or tma, and the persistent kernels (`--kernels`; a persistent one
-has one block per SM walking the output tiles), at the same hand-picked tuning points
+with address-hoisting or tma, and the persistent and cluster kernels (`--kernels`; a
+persistent one has one block per SM walking the output tiles, a cluster one shares its B
+tiles between the blocks of a cluster), at the same hand-picked tuning points
 (`--points N`: the first N),
 then compiles, validates (the spec's check sizes and the small odd ones of
 cuda_reference_check: 1x1x1, 31x17x5, 130x129x2) and times each through the CUDA backend
@@ -54,9 +55,26 @@ KERNELS = {"": WGMMA, "ws ": SPECIALISED, "hoisted ": (*WGMMA, "address-hoisting
            "persistent tma ": (*SPECIALISED, "tma", "persistent"),
            "persistent tma hoisted ": (*SPECIALISED, "tma", "address-hoisting", "persistent"),
            # register-budget: setmaxnreg, PRODUCER_REGS for the producer, the rest the MMAs'
-           "budget tma persistent ": (*SPECIALISED, "tma", "register-budget", "persistent")}
+           "budget tma persistent ": (*SPECIALISED, "tma", "register-budget", "persistent"),
+           # cluster-multicast: CLUSTER_M blocks down a column share each B tile (TMA
+           # multicast); "cluster4" rows with CLUSTER_M = 4 (KERNEL_VALUES)
+           "cluster tma ": (*SPECIALISED, "tma", "cluster-multicast"),
+           "cluster tma persistent ": (*SPECIALISED, "tma", "cluster-multicast", "persistent"),
+           "budget cluster tma persistent ": (*SPECIALISED, "tma", "register-budget",
+                                              "cluster-multicast", "persistent"),
+           "budget cluster4 tma persistent ": (*SPECIALISED, "tma", "register-budget",
+                                               "cluster-multicast", "persistent"),
+           # tma-store: C through swizzled shared slabs, stored by TMA
+           "budget tma store persistent ": (*SPECIALISED, "tma", "register-budget",
+                                            "tma-store", "persistent"),
+           "budget cluster tma store persistent ": (*SPECIALISED, "tma", "register-budget",
+                                                    "cluster-multicast", "tma-store",
+                                                    "persistent")}
+# a kernel's own values over BASE and the point's
+KERNEL_VALUES = {"budget cluster4 tma persistent ": {"CLUSTER_M": 4}}
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
-        "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1, "PRODUCER_REGS": 72}
+        "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1, "PRODUCER_REGS": 72,
+        "CLUSTER_M": 2}
 POINTS = (  # overrides of BASE, timed at --size; --points N times the first N
     {},
     {"NUM_STAGES": 3},
@@ -101,6 +119,20 @@ VALIDATE_ONLY = (  # (label, sequence, overrides): odd sizes only
      {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 3}),
     ("persistent tma 64x64 3 stages", KERNELS["persistent tma "],
      {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 3}),
+    # clusters past the last block row (200 rows: 2 of 128, 4 of 64) compute zeros
+    ("cluster tma", KERNELS["cluster tma "], {}),
+    ("cluster 4 tma 64x64 3 stages", KERNELS["cluster tma "],
+     {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 3, "CLUSTER_M": 4}),
+    ("cluster tma persistent swizzled 4", KERNELS["cluster tma persistent "],
+     {"CLUSTER_M": 4, "SWIZZLE_GROUP": 4}),
+    ("budget cluster tma persistent 256x128", KERNELS["budget cluster tma persistent "],
+     {"BLOCK_M": 256, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 3}),
+    # C's map clips the edge tiles (200 x 136); odd sizes store without TMA
+    ("tma store", (*SPECIALISED, "tma", "tma-store"), {}),
+    ("tma store 64x64 persistent", KERNELS["budget tma store persistent "],
+     {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 3}),
+    ("cluster 4 tma store persistent", KERNELS["budget cluster tma store persistent "],
+     {"CLUSTER_M": 4, "NUM_STAGES": 3}),
 )
 
 
@@ -154,7 +186,8 @@ def main() -> int:
         for override in POINTS[:args.points]:
             for prefix, context in contexts.items():
                 try:
-                    params = values(context, {**BASE, **override})
+                    params = values(context, {**BASE, **override,
+                                              **KERNEL_VALUES.get(prefix, {})})
                 except ValueError as exc:  # e.g. warp-specialize's threads or stages
                     print(f"skipped {prefix}{override}: {exc}", flush=True)
                     continue

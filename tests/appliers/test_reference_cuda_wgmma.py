@@ -15,6 +15,7 @@ import pytest
 
 from peak_tune.appliers.reference.cuda_matmul import Plan, apply_transformation
 from peak_tune.appliers.reference.cuda_matmul.plan import dump_plan, load_plan
+from peak_tune.appliers.reference.cuda_matmul.rules import RULES
 from peak_tune.backends._cuda_launch import evaluate_launch, tensor_map_boxes
 from peak_tune.backends._nvrtc import compile_cubin, include_dir
 from peak_tune.backends.cuda import CudaBackend
@@ -498,3 +499,154 @@ def test_a_producer_budget_above_what_a_thread_holds_is_pruned_before_a_build(
               if not evaluate_bool(c, {**point, "PRODUCER_REGS": 104})]
     assert broken and "PRODUCER_REGS" in broken[0]
     assert all(evaluate_bool(c, {**point, "PRODUCER_REGS": 96}) for c in context.constraints)
+
+
+# ------------------------------------------------------------------ cluster-multicast
+
+CLUSTERED = {"cluster tma": (*SPECIALISED, "tma", "cluster-multicast"),
+             "cluster tma persistent": (*SPECIALISED, "tma", "cluster-multicast", "persistent"),
+             "budget cluster tma persistent": (*SPECIALISED, "tma", "register-budget",
+                                               "persistent", "cluster-multicast")}
+
+
+def test_cluster_multicast_shares_each_b_tile_between_the_blocks_of_a_cluster(
+        cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, CLUSTERED["cluster tma"], cuda_catalog, h200)
+    head, kernel = context.source.split('extern "C"')
+    assert "__cluster_dims__(CLUSTER_M, 1, 1) __launch_bounds__(PT_THREADS)" in kernel
+    assert "multicast::cluster" in head and "mapa.shared::cluster.u32" in head
+    # the TMA issuer loads its A tile and its share of B into every block of the cluster
+    assert ("pt_tma_tiles_cluster(PT_STAGE(s), tma_A, tma_B, bm, bn, k_lo + t * PT_TK, "
+            "&pt_full[s], pt_rank);") in kernel
+    assert "pt_tma_tiles(" not in kernel
+    # every block's MMA warps release the stage in every block, the last one too
+    assert "pt_bar_init(&pt_empty[s], 4 * PT_CONSUMERS * CLUSTER_M);" in kernel
+    assert "pt_bar_arrive(&pt_empty" not in kernel
+    assert ("if (tiles > 0 && wl % 32 == 0) pt_bar_arrive_cluster(&pt_empty[(tiles - 1) % "
+            "PT_STAGES]);") in kernel
+    # the barriers exist before any block touches another's; a block outlives the releases
+    init = kernel.split("pt_fence_barrier_init();")[1]
+    assert init.index("pt_cluster_sync();") < init.index("if (wg == PT_CONSUMERS)")
+    assert kernel.count("for (int i = tiles; i < tiles + PT_STAGES; ++i)") == 2  # tma, cp.async
+    assert "const int block_m = cluster_m * CLUSTER_M + pt_rank;" in kernel
+    # clusters of blocks along x: 16 columns of 2 blocks, 16 cluster rows of 2 block rows
+    point = {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "CLUSTER_M": 2}
+    shape = evaluate_launch(context.launch, {**point, "M": 4096, "N": 4096, "K": 4096})
+    assert shape.grid == (32, 16, 1)
+    assert tensor_map_boxes(context.launch, {**point, "M": 4096, "N": 4096, "K": 4096},
+                            ("A", "B", "C"))[1].rows == 32  # TILE_K_SIZE / CLUSTER_M
+    odd = evaluate_launch(context.launch, {**point, "CLUSTER_M": 4, "M": 200, "N": 136,
+                                           "K": 64})
+    assert odd.grid == (4, 1, 1)  # 2 block rows in a cluster of 4: two blocks store nothing
+
+
+def test_persistent_clusters_walk_their_tiles_together(cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, CLUSTERED["budget cluster tma persistent"], cuda_catalog, h200)
+    kernel = context.source.split('extern "C"')[1]
+    assert kernel.count("for (int tile = blockIdx.x / CLUSTER_M; tile < cluster_rows * "
+                        "tiles_n; tile += gridDim.x / CLUSTER_M)") == 3
+    assert kernel.count("for (int i = it; i < it + PT_STAGES; ++i)") == 2
+    for cluster, blocks in ((2, 132), (4, 132)):  # whole clusters, at most one block per SM
+        point = {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "CLUSTER_M": cluster}
+        shape = evaluate_launch(context.launch, {**point, "M": 4096, "N": 4096, "K": 4096,
+                                                 "SMS": 132})
+        assert shape.grid == (blocks, 1, 1)
+    small = evaluate_launch(context.launch, {**POINT, "CLUSTER_M": 4, "M": 1100, "N": 128,
+                                             "K": 64, "SMS": 132})
+    assert small.grid == (8, 1, 1)  # 5 block rows of 256: 2 cluster rows of 4, 1 column
+
+
+def test_cluster_multicast_needs_the_tma_producer_and_excludes_split_k(
+        cuda_catalog, cuda_seed, h200):
+    with pytest.raises(InvalidPoint, match="requires tma"):
+        build(cuda_seed, (*SPECIALISED, "cluster-multicast"), cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="requires warp-specialize"):
+        build(cuda_seed, (*WGMMA, "tma", "cluster-multicast"), cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="TMA producer"):  # the rule itself, as a plan
+        RULES["cluster-multicast"](Plan(shared=True, mma=True, stages=True, vector_a=True,
+                                        vector_b=True, wgmma=True, producer=True), h200)
+    with pytest.raises(InvalidPoint, match="split"):
+        build(cuda_seed, (*CLUSTERED["cluster tma"], "split-k"), cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="split"):
+        build(cuda_seed, (*SPECIALISED, "tma", "split-k", "cluster-multicast"), cuda_catalog,
+              h200)
+    context = build(cuda_seed, CLUSTERED["cluster tma"], cuda_catalog, h200)
+    share = [c for c in context.constraints if "CLUSTER_M" in c]
+    assert share and not evaluate_bool(share[0], {**POINT, "TILE_K_SIZE": 64, "CLUSTER_M": 16})
+    assert load_plan(context.state) == load_plan(dump_plan(load_plan(context.state)))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kernel", list(CLUSTERED))
+@pytest.mark.parametrize("point", [
+    {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4, "CLUSTER_M": 2},
+    {**POINT, "NUM_STAGES": 3, "CLUSTER_M": 4}], ids=_shape)
+def test_cluster_kernels_build_for_sm_90a_without_local_memory(
+    kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    context = build(cuda_seed, CLUSTERED[kernel], cuda_catalog, h200)
+    values = {**point, "PRODUCER_REGS": 72}
+    artifact = CudaBackend(h200).compile(
+        context, {p.name: values[p.name] for p in context.params}, "float16", str(tmp_path))
+    assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0
+
+
+# ------------------------------------------------------------------ tma-store
+
+STORED = {"tma store": (*SPECIALISED, "tma", "tma-store"),
+          "budget cluster tma store persistent": (*SPECIALISED, "tma", "register-budget",
+                                                  "cluster-multicast", "tma-store",
+                                                  "persistent")}
+
+
+def test_tma_store_sends_c_through_swizzled_slabs(cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, STORED["tma store"], cuda_catalog, h200)
+    head, kernel = context.source.split('extern "C"')
+    assert "const void *__restrict__ tma_B, const void *__restrict__ tma_C)" in kernel
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group" in head
+    assert ("#define PT_SMEM_ELEMS (PT_STAGES * (PT_A_TILE + PT_B_TILE) + PT_C_SLABS)"
+            in head)
+    stored, plain = kernel.split("if (pt_tma_c) {")[1].split("else {", 1)
+    # written swizzled (one 16-byte chunk per row of a warp's 8), stored once written
+    write = ("*reinterpret_cast<unsigned *>(slab + r * 64 + ((j ^ (r % 8)) << 3) + t2) = "
+             "pt_pack2((DTYPE)acc[a], (DTYPE)acc[a + 1]);")
+    assert stored.index("pt_wg_sync(wg);") < stored.index(write) < stored.index(
+        "pt_fence_async_smem();") < stored.index(
+        "if (wl == 0) pt_tma_store(slab, tma_C, bn + wn + p * 64, bm + wm);")
+    assert "C[" not in stored and "C[(size_t)r * N + c + q]" in plain  # unmapped C: plain
+    assert kernel.rstrip().endswith("if (pt_tma_c && wl == 0) pt_tma_store_wait_all(); "
+                                    "// the slabs stay until their stores are done\n}")
+    point = {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4}
+    names = {**point, "M": 4096, "N": 4096, "K": 4096}
+    plain_bytes = evaluate_launch(build(cuda_seed, (*SPECIALISED, "tma"), cuda_catalog,
+                                        h200).launch, names).shared_bytes
+    assert evaluate_launch(context.launch, names).shared_bytes == plain_bytes + 2 * 16384
+    boxes = tensor_map_boxes(context.launch, names, ("A", "B", "C"))
+    assert [(b.buffer, b.rows, b.cols, b.swizzle) for b in boxes][2] == ("C", 64, 64, 128)
+
+
+def test_tma_store_needs_the_tma_producer_and_excludes_split_k(cuda_catalog, cuda_seed,
+                                                                h200):
+    with pytest.raises(InvalidPoint, match="requires tma"):
+        build(cuda_seed, (*SPECIALISED, "tma-store"), cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="split"):
+        build(cuda_seed, (*STORED["tma store"], "split-k"), cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="tma-store applied twice"):
+        build(cuda_seed, (*STORED["tma store"], "tma-store"), cuda_catalog, h200)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kernel", list(STORED))
+@pytest.mark.parametrize("point", [
+    {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4, "CLUSTER_M": 2},
+    {**POINT, "BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64, "NUM_STAGES": 3, "CLUSTER_M": 4}],
+    ids=_shape)
+def test_tma_store_kernels_build_for_sm_90a_within_shared_memory(
+    kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    """128 x 256 tiles in 4 stages and their slabs still fit the 227 KiB of a block."""
+    context = build(cuda_seed, STORED[kernel], cuda_catalog, h200)
+    values = {**point, "PRODUCER_REGS": 72}
+    artifact = CudaBackend(h200).compile(
+        context, {p.name: values[p.name] for p in context.params}, "float16", str(tmp_path))
+    assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0

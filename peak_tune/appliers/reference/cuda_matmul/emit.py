@@ -45,6 +45,8 @@ _SIGNATURE = ("(const DTYPE *__restrict__ A, const DTYPE *__restrict__ B, DTYPE 
               "int M, int N, int K)")
 # tma: the backend's tensor maps of A and B (launch keys tma_A, tma_B), or null
 _TMA_PARAMETERS = ", const void *__restrict__ tma_A, const void *__restrict__ tma_B)"
+# tma-store: C's map too (launch key tma_C), or null
+_TMA_STORE_PARAMETER = ", const void *__restrict__ tma_C)"
 
 
 def emit_source(plan: Plan, entry: str) -> str:
@@ -53,8 +55,14 @@ def emit_source(plan: Plan, entry: str) -> str:
     bounds = "__launch_bounds__(PT_THREADS_BOUND, MIN_BLOCKS_PER_SM) " if plan.launch_bounds else ""
     if plan.wgmma:  # its own body (emit_wgmma); registers bounded for every warpgroup
         signature = _SIGNATURE[:-1] + _TMA_PARAMETERS if plan.tma else _SIGNATURE
-        with writer.block(f'extern "C" __global__ void '
+        if plan.tma_store:
+            signature = signature[:-1] + _TMA_STORE_PARAMETER
+        cluster = "__cluster_dims__(CLUSTER_M, 1, 1) " if plan.cluster else ""
+        with writer.block(f'extern "C" __global__ void {cluster}'
                           f'{bounds or "__launch_bounds__(PT_THREADS) "}{entry}{signature}'):
+            if plan.cluster:
+                writer.line("const int pt_rank = (int)pt_cluster_rank(); "
+                            "// cluster-multicast: this block's place in its cluster")
             if not plan.persistent:  # persistent: per output tile, inside its loop
                 _block_position(writer, plan)
             _k_range(writer, plan)
@@ -147,23 +155,35 @@ def _static_checks(writer: CodeWriter, plan: Plan) -> None:
 
 def _block_position(writer: CodeWriter, plan: Plan, tile: str = "") -> None:
     """bm, bn: where the block's tile of C lies; of output tile number `tile` (of
-    tiles_m x tiles_n, row by row) in a persistent kernel, else of this block."""
+    tiles_m x tiles_n, row by row) in a persistent kernel, else of this block. With
+    cluster-multicast the tile or block numbers count clusters, each CLUSTER_M block rows
+    of one column, and the block's rank in its cluster picks its row."""
+    row = "cluster_m" if plan.cluster else "block_m"
     if tile and plan.swizzle:
-        _swizzled(writer, "tiles", tile, "tiles_n", "tiles_m")
+        _swizzled(writer, "tiles", tile, "tiles_n", "cluster_rows" if plan.cluster
+                  else "tiles_m", row)
     elif tile:
-        writer.line(f"const int block_m = {tile} / tiles_n, block_n = {tile} % tiles_n;")
+        writer.line(f"const int {row} = {tile} / tiles_n, block_n = {tile} % tiles_n;")
     elif plan.swizzle:
-        _swizzled(writer, "blocks", "pid", "gridDim.x", "(int)gridDim.y",
-                  "const int pid = blockIdx.y * gridDim.x + blockIdx.x;")
+        clusters = "(gridDim.x / CLUSTER_M)" if plan.cluster else "gridDim.x"
+        across = f"(int){clusters}" if plan.cluster else clusters
+        x = "blockIdx.x / CLUSTER_M" if plan.cluster else "blockIdx.x"
+        _swizzled(writer, "clusters" if plan.cluster else "blocks", "pid", across,
+                  "(int)gridDim.y", row, f"const int pid = blockIdx.y * {clusters} + {x};")
+    elif plan.cluster:
+        writer.line("const int cluster_m = blockIdx.y, block_n = blockIdx.x / CLUSTER_M;")
     else:
         writer.line("const int block_m = blockIdx.y, block_n = blockIdx.x;")
+    if plan.cluster:
+        writer.line("const int block_m = cluster_m * CLUSTER_M + pt_rank; "
+                    "// past tiles_m: zeros in, nothing stored")
     writer.line("const int bm = block_m * BLOCK_M, bn = block_n * BLOCK_N; // the block tile")
 
 
 def _swizzled(writer: CodeWriter, walkers: str, number: str, across: str, down: str,
-              *numbering: str) -> None:
-    """block-swizzle: block_m, block_n of tile `number` (of `down` x `across`) in groups of
-    SWIZZLE_GROUP block rows walked column by column; `numbering` lines define `number`."""
+              row: str, *numbering: str) -> None:
+    """block-swizzle: `row`, block_n of tile `number` (of `down` x `across`) in groups of
+    SWIZZLE_GROUP rows walked column by column; `numbering` lines define `number`."""
     writer.lines(
         f"// block-swizzle: consecutive {walkers} walk SWIZZLE_GROUP block rows column by",
         "// column, so the A rows and B columns they read stay in L2.",
@@ -171,7 +191,7 @@ def _swizzled(writer: CodeWriter, walkers: str, number: str, across: str, down: 
         f"const int group = SWIZZLE_GROUP * {across};",
         f"const int first_m = {number} / group * SWIZZLE_GROUP;",
         f"const int rows = min({down} - first_m, SWIZZLE_GROUP);",
-        f"const int block_m = first_m + {number} % group % rows, "
+        f"const int {row} = first_m + {number} % group % rows, "
         f"block_n = {number} % group / rows;")
 
 

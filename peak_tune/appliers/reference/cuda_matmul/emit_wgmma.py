@@ -38,10 +38,12 @@ from contextlib import contextmanager
 from .emit_compute import emit_split_k_release, emit_split_k_wait
 from .emit_wgmma_text import (
     BUDGET,
+    CLUSTER,
     MBARRIER,
     PREAMBLE,
     PRODUCER,
     TMA,
+    TMA_STORE,
     WGMMA_SHAPES,
     wgmma_function,
 )
@@ -121,6 +123,10 @@ def emit_wgmma_helpers(writer: CodeWriter, plan: Plan) -> None:
         writer.raw(BUDGET)
     if plan.tma:
         writer.raw(TMA)
+    if plan.cluster:
+        writer.raw(CLUSTER)
+    if plan.tma_store:
+        writer.raw(TMA_STORE)
     writer.lines("#define PT_ZERO DTYPE(0.0f)", "")
     _copy_function(writer, "a", plan)
     _copy_function(writer, "b", plan)
@@ -207,6 +213,37 @@ def _epilogue(writer: CodeWriter, plan: Plan) -> None:
                 _store_pair(writer)
 
 
+def _tma_store_epilogue(writer: CodeWriter, plan: Plan) -> None:
+    """tma-store: the warpgroup's tile through its two shared slabs, 64 columns at a time,
+    each stored by TMA; the plain epilogue where the backend could not map C."""
+    with writer.block("if (pt_tma_c)"):
+        writer.lines(
+            "// tma-store: piece p (columns 64p.. of the warpgroup's tile) goes through slab "
+            "p % 2",
+            "DTYPE *const slabs = pt_smem + PT_STAGES * (PT_A_TILE + PT_B_TILE) "
+            "+ wg * (2 * 64 * 64);",
+            "const int g = wl % 32 / 4, t2 = wl % 4 * 2, r0 = wl / 32 * 16 + g;")
+        with writer.unrolled("p", "WGMMA_N / 64"):
+            writer.lines(
+                "DTYPE *const slab = slabs + p % 2 * (64 * 64);",
+                "// the slab's last store has read it (the first piece: every store before)",
+                "if (wl == 0) { if (p == 0) pt_tma_store_wait_read<0>(); "
+                "else pt_tma_store_wait_read<1>(); }",
+                "pt_wg_sync(wg);")
+            with writer.unrolled("j", "8"):
+                with writer.unrolled("h", "2"):
+                    writer.lines(
+                        "const int r = r0 + h * 8, a = 4 * (8 * p + j) + 2 * h;",
+                        "*reinterpret_cast<unsigned *>(slab + r * 64 + ((j ^ (r % 8)) << 3) "
+                        "+ t2) = pt_pack2((DTYPE)acc[a], (DTYPE)acc[a + 1]);")
+            writer.lines(
+                "pt_fence_async_smem(); // the slab is visible to the TMA unit",
+                "pt_wg_sync(wg);",
+                "if (wl == 0) pt_tma_store(slab, tma_C, bn + wn + p * 64, bm + wm);")
+    with writer.block("else"):
+        _epilogue(writer, plan)
+
+
 def _store_pair(writer: CodeWriter) -> None:
     """acc[4j + 2h] and its right neighbour at (r, c): one 32-bit store where aligned."""
     with writer.block("if (pairs && c + 1 < N)"):
@@ -244,12 +281,20 @@ def _barriers(writer: CodeWriter, plan: Plan) -> None:
     arrivals = "PT_LOADERS" if plan.producer else "1"
     if plan.tma and plan.producer:
         arrivals = "pt_tma ? 1 : PT_LOADERS"
+    # cluster-multicast: every block's MMA warps release the stage in every block
+    releases = "4 * PT_CONSUMERS * CLUSTER_M" if plan.cluster else "4 * PT_CONSUMERS"
     with writer.block("if (tid == 0)"):
         with writer.unrolled("s", "PT_STAGES"):
             writer.line(f"pt_bar_init(&pt_full[s], {arrivals});")
             if plan.producer:
-                writer.line("pt_bar_init(&pt_empty[s], 4 * PT_CONSUMERS);")
-    writer.line("__syncthreads(); // the barriers are initialised for every warp")
+                writer.line(f"pt_bar_init(&pt_empty[s], {releases});")
+        if plan.cluster:
+            writer.line("pt_fence_barrier_init();")
+    if plan.cluster:
+        writer.line("pt_cluster_sync(); // ... for every warp of every block of the cluster, "
+                    "before any copies into another block or arrives on its barriers")
+    else:
+        writer.line("__syncthreads(); // the barriers are initialised for every warp")
 
 
 Position = Callable[[], None]  # prints bm, bn of output tile `tile` (persistent)
@@ -272,8 +317,12 @@ def _output_tiles(writer: CodeWriter, plan: Plan, position: Position) -> Iterato
     if not plan.persistent:
         yield
         return
-    with writer.block("for (int tile = blockIdx.x; tile < tiles_m * tiles_n; "
-                      "tile += gridDim.x)"):
+    if plan.cluster:  # the blocks of a cluster walk their cluster's tiles together
+        loop = ("for (int tile = blockIdx.x / CLUSTER_M; tile < cluster_rows * tiles_n; "
+                "tile += gridDim.x / CLUSTER_M)")
+    else:
+        loop = "for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x)"
+    with writer.block(loop):
         position()
         yield
 
@@ -289,13 +338,34 @@ def _wait_for_stage(plan: Plan) -> list[str]:
 def _tma_producer_loop(writer: CodeWriter, plan: Plan, position: Position) -> None:
     writer.line("// the producer's first thread: tile t into stage t % PT_STAGES by TMA once "
                 "the MMAs of tile t - PT_STAGES are done")
+    tiles = "pt_tma_tiles_cluster" if plan.cluster else "pt_tma_tiles"
+    rank = ", pt_rank" if plan.cluster else ""
     with writer.block("if (wl == 0)"):
         writer.lines("pt_tma_acquire(tma_A);", "pt_tma_acquire(tma_B);")
         with _output_tiles(writer, plan, position), writer.block(_k_tiles(plan)):
             writer.lines(
                 *_wait_for_stage(plan),
-                "pt_tma_tiles(PT_STAGE(s), tma_A, tma_B, bm, bn, k_lo + t * PT_TK, "
-                "&pt_full[s]);")
+                f"{tiles}(PT_STAGE(s), tma_A, tma_B, bm, bn, k_lo + t * PT_TK, "
+                f"&pt_full[s]{rank});")
+        if plan.cluster:
+            _stay_for_releases(writer, plan)
+
+
+def _k_tiles_done(plan: Plan) -> str:
+    """The K tiles' count after the block's loops (`t` is gone by then)."""
+    return "it" if plan.persistent else "tiles"
+
+
+def _stay_for_releases(writer: CodeWriter, plan: Plan) -> None:
+    """cluster-multicast: the other blocks' MMA warps arrive on this block's empty
+    barriers; the block (its shared memory) must outlive those arrivals, so its last
+    copying thread waits for every stage's last release before it leaves."""
+    n = _k_tiles_done(plan)
+    writer.line("// cluster-multicast: stay until every block of the cluster has released "
+                "each stage")
+    with writer.block(f"for (int i = {n}; i < {n} + PT_STAGES; ++i)"):
+        writer.line("if (i >= PT_STAGES) pt_bar_wait(&pt_empty[i % PT_STAGES], "
+                    "(i / PT_STAGES + 1) & 1);")
 
 
 def _tma_k_loop(writer: CodeWriter, plan: Plan) -> None:
@@ -395,6 +465,7 @@ __device__ __forceinline__ void pt_wg_copy_inside(DTYPE *__restrict__ s,
 
 def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
     n = _count(plan)
+    release = "pt_bar_arrive_cluster" if plan.cluster else "pt_bar_arrive"
     writer.line("// the MMA warpgroups: each tile once it is full; the stage before it is "
                 "released")
     writer.line("// once its MMAs are done (one group stays in flight)")
@@ -406,12 +477,14 @@ def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
         _mma_tile(writer)
         writer.lines("pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
                      "pt_wg_fence_acc(acc);",
-                     f"if (t > 0 && wl % 32 == 0) pt_bar_arrive(&pt_empty[({n} - 1) % "
+                     f"if (t > 0 && wl % 32 == 0) {release}(&pt_empty[({n} - 1) % "
                      "PT_STAGES]);")
     writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
-    if plan.persistent:  # the next output tile's copies reuse the last stage too
-        writer.line("if (tiles > 0 && wl % 32 == 0) pt_bar_arrive(&pt_empty[(it - 1) % "
-                    "PT_STAGES]);")
+    # persistent: the next output tile's copies reuse the last stage too; cluster: the
+    # blocks wait for every release before they leave
+    if plan.persistent or plan.cluster:
+        writer.line(f"if (tiles > 0 && wl % 32 == 0) {release}(&pt_empty["
+                    f"({_k_tiles_done(plan)} - 1) % PT_STAGES]);")
 
 
 def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
@@ -425,6 +498,9 @@ def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
             "// it % PT_STAGES, phase it / PT_STAGES of its barriers",
             "const int tiles_m = PT_CEIL_DIV(M, BLOCK_M), tiles_n = PT_CEIL_DIV(N, BLOCK_N);",
             "int it = 0;")
+        if plan.cluster:
+            writer.line("const int cluster_rows = PT_CEIL_DIV(tiles_m, CLUSTER_M); "
+                        "// cluster-multicast: rows of CLUSTER_M block rows")
     with writer.block("if (wg == PT_CONSUMERS)"):
         if plan.budget:
             writer.line("pt_regs_dec<PRODUCER_REGS>(); // register-budget: copies need few")
@@ -433,18 +509,26 @@ def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
                 _tma_producer_loop(writer, plan, position)
                 writer.line("return;")
         _producer_loop(writer, plan, position)
-        writer.lines("pt_cp_wait_all(); // the copies land before the producer leaves",
-                     "return;")
+        writer.line("pt_cp_wait_all(); // the copies land before the producer leaves")
+        if plan.cluster:
+            with writer.block("if (wl == 0)"):
+                _stay_for_releases(writer, plan)
+        writer.line("return;")
     if plan.budget:
         writer.line("pt_regs_inc<PT_MMA_REGS>(); // register-budget: what the producer gave back")
+    if plan.tma_store:
+        writer.line("if (pt_tma_c && wl == 0) pt_tma_acquire(tma_C);")
     with _output_tiles(writer, plan, position):
         _accumulators(writer)  # only the MMA warpgroups hold them
         _consumer_loop(writer, plan)
         if plan.split_k:  # among the MMA warpgroups: the producer has left
             emit_split_k_wait(writer, plan, "pt_consumers_sync();")
-        _epilogue(writer, plan)
+        (_tma_store_epilogue if plan.tma_store else _epilogue)(writer, plan)
         if plan.split_k:
             emit_split_k_release(writer, plan, "pt_consumers_sync();")
+    if plan.tma_store:
+        writer.line("if (pt_tma_c && wl == 0) pt_tma_store_wait_all(); "
+                    "// the slabs stay until their stores are done")
 
 
 def _accumulators(writer: CodeWriter) -> None:
@@ -466,6 +550,8 @@ def emit_wgmma_kernel(writer: CodeWriter, plan: Plan, position: Position) -> Non
     if plan.tma:
         writer.line("const bool pt_tma = tma_A != nullptr && tma_B != nullptr; "
                     "// the backend could map both")
+    if plan.tma_store:
+        writer.line("const bool pt_tma_c = tma_C != nullptr; // tma-store: ... and C")
     if plan.producer:
         _specialised(writer, plan, position)
         return

@@ -4,7 +4,8 @@ PTX, and the one wgmma.mma_async statement per instruction shape."""
 
 from __future__ import annotations
 
-__all__ = ["MBARRIER", "PREAMBLE", "PRODUCER", "TMA", "WGMMA_SHAPES", "wgmma_function"]
+__all__ = ["CLUSTER", "MBARRIER", "PREAMBLE", "PRODUCER", "TMA", "TMA_STORE", "WGMMA_SHAPES",
+           "wgmma_function"]
 
 WGMMA_SHAPES = (64, 128, 256)  # the instruction N this module prints (WGMMA_N values)
 
@@ -134,6 +135,93 @@ __device__ __forceinline__ void pt_tma_tiles(DTYPE *stage, const void *ma, const
     #pragma unroll
     for (int j = 0; j < BLOCK_N / 64; ++j)
         pt_tma_load(stage + PT_A_TILE + j * (PT_TK * 64), mb, bn + j * 64, k0, bar);
+}"""
+
+
+CLUSTER = """\
+// cluster-multicast: the CLUSTER_M blocks of a thread-block cluster compute CLUSTER_M
+// block rows of one column of C, so they read the same B tiles: each block loads
+// PT_TK / CLUSTER_M rows of each one by TMA into every block of the cluster (multicast).
+static_assert(PT_TK % (8 * CLUSTER_M) == 0, "a block's share of a B slab is whole "
+              "8-row swizzle atoms: TILE_K_SIZE % (8 * CLUSTER_M) == 0");
+__device__ __forceinline__ int pt_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\\n" : "=r"(r));
+    return static_cast<int>(r);
+}
+// mbarriers just initialised are seen by the cluster's other blocks (the initialising
+// thread, before pt_cluster_sync)
+__device__ __forceinline__ void pt_fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");
+}
+// Every thread of every block of the cluster arrives, then waits for all the others.
+__device__ __forceinline__ void pt_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\\n"
+                 "barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");
+}
+// One arrival on `bar` and on its counterparts (same offset) in the cluster's other blocks.
+__device__ __forceinline__ void pt_bar_arrive_cluster(unsigned long long *bar) {
+    #pragma unroll
+    for (int r = 0; r < CLUSTER_M; ++r)
+        asm volatile("{\\n.reg .b32 remote;\\n"
+                     "mapa.shared::cluster.u32 remote, %0, %1;\\n"
+                     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\\n}\\n"
+                     :: "r"(pt_smem_addr(bar)), "r"(r) : "memory");
+}
+// One box into `dst` of every block in `mask`; each one's mbarrier at `bar`'s offset
+// counts the bytes that land in it.
+__device__ __forceinline__ void pt_tma_multicast(DTYPE *dst, const void *map, int col, int row,
+                                                 unsigned long long *bar, unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+                 ".mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], "
+                 "%5;\\n"
+                 :: "r"(pt_smem_addr(dst)), "l"(map), "r"(col), "r"(row),
+                 "r"(pt_smem_addr(bar)), "h"(mask) : "memory");
+}
+// The block's A tile at (bm, k0), and its share (rows rank * part ...) of the B tile at
+// (k0, bn) for every block of the cluster. `bar` completes once the A tile and every
+// block's share of B have landed here: the whole tiles' bytes, as without a cluster.
+__device__ __forceinline__ void pt_tma_tiles_cluster(DTYPE *stage, const void *ma,
+                                                     const void *mb, int bm, int bn, int k0,
+                                                     unsigned long long *bar, int rank) {
+    constexpr int part = PT_TK / CLUSTER_M;
+    pt_bar_expect(bar, (PT_A_TILE + PT_B_TILE) * sizeof(DTYPE));
+    #pragma unroll
+    for (int i = 0; i < PT_TK / 64; ++i)
+        pt_tma_load(stage + i * (BLOCK_M * 64), ma, k0 + i * 64, bm, bar);
+    #pragma unroll
+    for (int j = 0; j < BLOCK_N / 64; ++j)
+        pt_tma_multicast(stage + PT_A_TILE + j * (PT_TK * 64) + rank * part * 64, mb,
+                         bn + j * 64, k0 + rank * part, bar,
+                         static_cast<unsigned short>((1u << CLUSTER_M) - 1));
+}"""
+
+
+TMA_STORE = """\
+// tma-store: each MMA warpgroup stores its 64 x WGMMA_N tile of C 64 columns at a time:
+// its threads write the 64 x 64 piece into one of the warpgroup's two shared slabs,
+// swizzled as the operand tiles are (row r's 16-byte chunk ch at chunk ch ^ (r % 8): the
+// warp's stores hit 32 different banks), and one thread stores the slab with TMA, which
+// leaves out whatever lies outside C.
+__device__ __forceinline__ void pt_tma_store(const DTYPE *src, const void *map, int col,
+                                             int row) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
+                 " [%0, {%1, %2}], [%3];\\n"
+                 :: "l"(map), "r"(col), "r"(row), "r"(pt_smem_addr(src)) : "memory");
+    asm volatile("cp.async.bulk.commit_group;\\n" ::: "memory");
+}
+// Until at most PENDING of this thread's stores still read their slabs.
+template <int PENDING>
+__device__ __forceinline__ void pt_tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\\n" :: "n"(PENDING) : "memory");
+}
+// Until this thread's stores are done (before the block leaves).
+__device__ __forceinline__ void pt_tma_store_wait_all() {
+    asm volatile("cp.async.bulk.wait_group 0;\\n" ::: "memory");
+}
+// The 128 threads of MMA warpgroup wg (named barriers 2, 3, ...; 1 is the MMA warpgroups').
+__device__ __forceinline__ void pt_wg_sync(int wg) {
+    asm volatile("bar.sync %0, 128;\\n" :: "r"(2 + wg) : "memory");
 }"""
 
 

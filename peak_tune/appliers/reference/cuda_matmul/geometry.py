@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from .plan import Plan
 
-__all__ = ["BARRIER_BYTES", "STATIC_SHARED_LIMIT", "TMA_BOXES", "WGMMA_ALIGN", "derived_macros",
-           "has_barriers", "launch_of",
-           "macros_used", "smem_elements", "smem_unit", "threads_expression"]
+__all__ = ["BARRIER_BYTES", "CLUSTER_B_BOX", "C_SLABS_BYTES", "STATIC_SHARED_LIMIT",
+           "TMA_BOXES", "TMA_C_BOX", "WGMMA_ALIGN", "derived_macros", "has_barriers",
+           "launch_of", "macros_used", "smem_elements", "smem_unit", "threads_expression"]
 
 # Tiles up to this many bytes are static shared memory: 48 KiB, the most a block may
 # declare statically, less 64 bytes kept for the kernel's other __shared__ variables.
@@ -30,6 +30,13 @@ BARRIER_BYTES = 16
 # tma: the box of one TMA copy is a 64-element (128-byte) slab of a tile row, swizzled like
 # the tiles; A's box is BLOCK_M rows of its K slab, B's TILE_K_SIZE rows of its N slab
 TMA_BOXES = {"tma_A": "BLOCK_M, 64, 128", "tma_B": "TILE_K_SIZE, 64, 128"}
+# cluster-multicast: each of the CLUSTER_M blocks loads TILE_K_SIZE / CLUSTER_M rows of the
+# B slab for all of them
+CLUSTER_B_BOX = "TILE_K_SIZE // CLUSTER_M, 64, 128"
+# tma-store: C leaves in boxes of 64 x 64 elements from swizzled slabs; an MMA
+# warpgroup's two slabs take C_SLABS_BYTES (fp16/bf16)
+TMA_C_BOX = "64, 64, 128"
+C_SLABS_BYTES = 2 * 64 * 64 * 2
 
 
 def has_barriers(plan: Plan) -> bool:
@@ -64,6 +71,8 @@ def macros_used(plan: Plan) -> tuple[str, ...]:
         used.append("WGMMA_N")
     if plan.budget:
         used.append("PRODUCER_REGS")
+    if plan.cluster:
+        used.append("CLUSTER_M")
     if plan.mfma or plan.coopmat:
         used += ["WAVES_M", "WAVES_N"]
     if plan.mfma:
@@ -89,6 +98,9 @@ def derived_macros(plan: Plan) -> list[str]:
                   "/* warpgroups of 64 x WGMMA_N that compute */",
                   "#define PT_THREADS (128 * (PT_CONSUMERS + 1)) /* ... and one that copies */",
                   "#define PT_LOADERS 128 /* threads that copy the tiles */"]
+        if plan.tma_store:
+            lines.append("#define PT_C_SLABS (PT_CONSUMERS * 2 * 64 * 64) "
+                         "/* tma-store: two 64 x 64 slabs of C per MMA warpgroup */")
         if plan.budget:
             # ptxas gives a kernel that uses setmaxnreg its launch bounds' most registers
             # (168 at 384 threads, 96 at 640), and setmaxnreg.inc waits for registers
@@ -150,11 +162,19 @@ def derived_macros(plan: Plan) -> list[str]:
             "#define PT_LDB (BLOCK_N + PT_PAD) /* row stride of the B tile, [k][n] */",
             "#define PT_B_TILE PT_ROUND8(PT_TK * PT_LDB)",
             f"#define PT_STAGES {_buffers(plan)}",
-            "#define PT_SMEM_ELEMS (PT_STAGES * (PT_A_TILE + PT_B_TILE))",
+            f"#define PT_SMEM_ELEMS {_smem_elems(plan)}",
             f"#define PT_SMEM_EST_BYTES (PT_SMEM_ELEMS * {smem_unit(plan)})",
         ]
     lines.append(f"#define PT_KSTEP {_or(plan.shared, 'PT_TK', '1')}")
     return lines
+
+
+def _smem_elems(plan: Plan) -> str:
+    """The kernel's shared elements: the stages, and tma-store's C slabs after them."""
+    if plan.tma_store:
+        return ("(PT_STAGES * (PT_A_TILE + PT_B_TILE) + PT_C_SLABS) /* tma-store: C slabs "
+                "after the stages */")
+    return "(PT_STAGES * (PT_A_TILE + PT_B_TILE))"
 
 
 def _pad(plan: Plan) -> str:
@@ -213,8 +233,14 @@ def smem_elements(plan: Plan) -> str:
 def launch_of(plan: Plan) -> dict[str, str]:
     """KernelContext.launch for the plan (peak_tune.backends._cuda_launch keys)."""
     launch = {"grid_x": "ceil_div(N, BLOCK_N)", "grid_y": "ceil_div(M, BLOCK_M)"}
+    if plan.cluster:  # CLUSTER_M blocks along x compute CLUSTER_M block rows of a column
+        launch = {"grid_x": "ceil_div(N, BLOCK_N) * CLUSTER_M",
+                  "grid_y": "ceil_div(ceil_div(M, BLOCK_M), CLUSTER_M)"}
     if plan.persistent:  # one block per SM (SMS: the running device's), none idle
         launch = {"grid_x": "min(ceil_div(M, BLOCK_M) * ceil_div(N, BLOCK_N), SMS)"}
+        if plan.cluster:  # whole clusters, walking the tiles of CLUSTER_M block rows
+            launch = {"grid_x": "min(ceil_div(ceil_div(M, BLOCK_M), CLUSTER_M) * "
+                                "ceil_div(N, BLOCK_N), SMS // CLUSTER_M) * CLUSTER_M"}
     if plan.split_k:
         launch["grid_z"] = "K_SPLITS"
     if plan.mma or plan.mfma:  # a one-dimensional block of warps / waves
@@ -224,9 +250,15 @@ def launch_of(plan: Plan) -> dict[str, str]:
         launch["block_y"] = _block_y(plan)
     if plan.wgmma:  # always dynamic, WGMMA_ALIGN more to align the stages
         barriers = f" + {BARRIER_BYTES} * NUM_STAGES" if has_barriers(plan) else ""
-        launch["shared_bytes"] = f"{smem_elements(plan)} * 2 + {WGMMA_ALIGN}{barriers}"
+        slabs = (f" + (BLOCK_M // 64) * (BLOCK_N // WGMMA_N) * {C_SLABS_BYTES}"
+                 if plan.tma_store else "")
+        launch["shared_bytes"] = f"{smem_elements(plan)} * 2 + {WGMMA_ALIGN}{barriers}{slabs}"
         if plan.tma:
             launch.update(TMA_BOXES)
+            if plan.cluster:
+                launch["tma_B"] = CLUSTER_B_BOX
+            if plan.tma_store:
+                launch["tma_C"] = TMA_C_BOX
     elif plan.shared:
         size = f"{smem_elements(plan)} * {smem_unit(plan)}"
         launch["shared_bytes"] = f"({size} > {STATIC_SHARED_LIMIT}) * {size}"

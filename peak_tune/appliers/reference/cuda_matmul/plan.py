@@ -23,10 +23,13 @@ changes one part of it. The plan records, part by part, what the code looks like
   m64nNk16 from 128-byte-swizzled shared tiles through matrix descriptors), the tiles
   copied by all threads between barriers or by one producer warpgroup (`producer`, which
   may give most of its registers to the MMA warpgroups: `budget`),
-  with cp.async or, where the backend gives tensor maps, TMA (`tma`); or, on AMD GPUs,
+  with cp.async or, where the backend gives tensor maps, TMA (`tma`), the B tile shared by
+  the CLUSTER_M blocks of a thread-block cluster (`cluster`: each loads a share of it
+  for all, TMA multicast); or, on AMD GPUs,
   matrix cores (`mfma`: each wave64 computes 32 x 32 tiles with v_mfma_f32_32x32x8f16 or
   v_mfma_f32_32x32x2f32 from the shared tiles);
-- epilogue: plain stores, or the split-K hand-over between slices;
+- epilogue: plain stores, or the split-K hand-over between slices, or (warpgroup
+  kernels) TMA stores from swizzled shared slabs (`tma_store`);
 - entry: with or without __launch_bounds__.
 
 The seed (one thread per output) has no plan: it is lifted (lift.py) to NAIVE.
@@ -77,6 +80,11 @@ class Plan:
     tma: bool = False  # tma: whole tiles loaded by the Tensor Memory Accelerator
     persistent: bool = False  # persistent: one block per SM walks the output tiles
     budget: bool = False  # register-budget: setmaxnreg moves the producer's registers to the MMAs
+    # cluster-multicast: CLUSTER_M blocks of a thread-block cluster compute the output tiles
+    # of one column, each TMA-loads a share of their common B tile for all of them
+    cluster: bool = False
+    # tma-store: the MMA warpgroups store C through swizzled shared slabs with TMA
+    tma_store: bool = False
     interior: bool = False  # interior-tiles: blocks inside the matrices copy unchecked
     hip: bool = False  # printed as HIP (the seed was naive.hip), not CUDA: see emit.py
     mfma: bool = False  # mfma: waves compute 32 x 32 MFMA tiles (AMD CDNA, HIP only)
@@ -103,10 +111,11 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # Flags added after the format was first written: stored only when set, so the states
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
-          "hlsl", "coopmat", "persistent", "budget", "wave_broadcast", "direct_store")
+          "hlsl", "coopmat", "persistent", "budget", "wave_broadcast", "direct_store",
+          "cluster", "tma_store")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
-               "tma", "persistent", "budget")
+               "tma", "persistent", "budget", "cluster", "tma_store")
 # Parts only AMD GPUs have (the MFMA matrix cores of CDNA): only in HIP.
 AMD_ONLY = ("mfma",)
 # The parts an HLSL compute shader has (hlsl_matmul prints them); the rest need pointers,
@@ -166,6 +175,10 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("tma", "wgmma"),
     ("persistent", "producer"),
     ("budget", "producer"),
+    ("cluster", "producer"),
+    ("cluster", "tma"),
+    ("tma_store", "producer"),
+    ("tma_store", "tma"),
     ("mfma", "shared"),
     ("coopmat", "shared"),
     ("wave_broadcast", "shared"),
@@ -184,6 +197,8 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("wgmma", "interior"),  # its copies have their own (address-hoisting)
     ("persistent", "split_k"),  # its grid walks the output tiles; split-k's, K slices
     ("budget", "launch_bounds"),  # its budgets are for one block per SM
+    ("cluster", "split_k"),  # the slices' hand-over spins between blocks a cluster holds
+    ("tma_store", "split_k"),  # later slices add to C, which a TMA store cannot
     ("mfma", "thread_tile"),
     ("mfma", "warp_tile"),
     ("coopmat", "thread_tile"),

@@ -308,6 +308,28 @@ def register_budget(plan: Plan, device: DeviceProfile) -> Change:
     return Change(child, (f"PRODUCER_REGS <= 65536 // ({threads_expression(child)}) // 8 * 8",))
 
 
+def cluster_multicast(plan: Plan, device: DeviceProfile) -> Change:
+    """Thread-block clusters of CLUSTER_M blocks down one column of C: each block's TMA
+    issuer loads its share of their common B tile into every block (multicast)."""
+    if not (plan.producer and plan.tma):
+        raise InvalidPoint("cluster-multicast needs the TMA producer of warp-specialize and "
+                           "tma")
+    _once(plan.cluster, "cluster-multicast: the blocks already share their B tiles")
+    _once(plan.split_k, "cluster-multicast cannot follow split-k: the slices' hand-over "
+                        "waits between blocks that a cluster holds resident")
+    # a block's share of a B slab is whole 8-row swizzle atoms
+    return Change(plan.but(cluster=True), ("TILE_K_SIZE % (8 * CLUSTER_M) == 0",))
+
+
+def tma_store(plan: Plan, device: DeviceProfile) -> Change:
+    """The MMA warpgroups store C through swizzled shared slabs with TMA."""
+    if not (plan.producer and plan.tma):
+        raise InvalidPoint("tma-store needs the TMA producer of warp-specialize and tma")
+    _once(plan.tma_store, "tma-store: C is already stored by TMA")
+    _once(plan.split_k, "tma-store cannot follow split-k: later slices add to C")
+    return Change(plan.but(tma_store=True))
+
+
 # CDNA targets with the 32 x 32 and 16 x 16 MFMA instructions (mfma_layout)
 _MFMA_ARCHS = ("gfx908", "gfx90a", "gfx940", "gfx941", "gfx942")
 
@@ -439,6 +461,8 @@ RULES: Mapping[str, Rule] = {
     "tma": tma,
     "persistent": persistent,
     "register-budget": register_budget,
+    "cluster-multicast": cluster_multicast,
+    "tma-store": tma_store,
     "mfma": mfma,
     "cooperative-matrix": cooperative_matrix,
     "wave-broadcast": wave_broadcast,
