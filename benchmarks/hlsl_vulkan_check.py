@@ -238,10 +238,13 @@ def main() -> int:
     if args.only:
         shaders = [shader for shader in shaders
                    if any(part in shader[0] for part in args.only.split(","))]
-    rows = []
+    rows: list[dict[str, object]] = []
+    result = {"benchmark": "hlsl_vulkan_check", "dtype": dtype,
+              "date": time.strftime("%Y-%m-%d"), "device": {}, "commit": _commit(),
+              "command": " ".join(["python3", *sys.argv]), "rows": rows}
     build = tempfile.mkdtemp(prefix="peak-tune-hlsl-check-")
     with HlslBackend(through_vulkan) as hlsl, CudaBackend(gpu) as cuda:
-        device = hlsl.fingerprint()
+        result["device"] = hlsl.fingerprint()
         for n in (int(s) for s in args.sizes.split(",")):
             size = ProblemSize.of({"M": n, "N": n, "K": n})
             name, vendor = cuda.time_vendor(spec, dtype, size, config)
@@ -265,13 +268,10 @@ def main() -> int:
                        "ratio": measured.gflops / vendor.gflops,
                        "of_peak": measured.gflops / gpu.peak_gflops[dtype]}
                 rows.append(row)
+                Path(args.out).write_text(json.dumps(result, indent=1))  # row by row
                 print(f"{n:5d}  {label:40s} {measured.gflops:9.1f} GFLOP/s  cuBLAS "
                       f"{vendor.gflops:9.1f}  ratio {row['ratio']:.3f}  "
                       f"{100 * row['of_peak']:.1f}% of peak", flush=True)
-    result = {"benchmark": "hlsl_vulkan_check", "dtype": dtype,
-              "date": time.strftime("%Y-%m-%d"),
-              "device": device, "commit": _commit(),
-              "command": " ".join(["python3", *sys.argv]), "rows": rows}
     Path(args.out).write_text(json.dumps(result, indent=1))
     return 0
 
