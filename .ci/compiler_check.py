@@ -52,9 +52,9 @@ def cases(compiler: str) -> list[tuple[str, str, dict[str, str | int], bool]]:
     catalog = Catalog.with_user_folders()
     lavapipe, h200 = catalog.device("lavapipe"), catalog.device("h200")
     for step in HLSL_STEPS:
-        # cooperative-matrix (and direct-store after it) is fp16 Slang for a device that
+        # cooperative-matrix (and the steps after it) is fp16 Slang for a device that
         # offers the matrices
-        coopmat = step in ("cooperative-matrix", "direct-store")
+        coopmat = step in hlsl_tests.COOPMAT_STEPS
         if coopmat and compiler != "slang":
             continue
         device = h200 if coopmat else lavapipe

@@ -99,6 +99,15 @@ REFERENCE_COOPMAT = (
       "interior-tiles", "cooperative-matrix", "direct-store"), 128, 128, 32, 2, 2),
     (("refactor", "tb-tiling", "register-staging", "double-buffer", "vector-loads",
       "interior-tiles", "cooperative-matrix", "direct-store"), 128, 128, 16, 2, 2),
+    # with workgroup-matrix: the group's one matrix, tiles from the buffers (coopmat2)
+    (("refactor", "tb-tiling", "cooperative-matrix", "direct-store", "workgroup-matrix"),
+     128, 128, 32, 2, 2),
+    (("refactor", "tb-tiling", "cooperative-matrix", "direct-store", "workgroup-matrix"),
+     128, 256, 32, 2, 4),
+    (("refactor", "tb-tiling", "cooperative-matrix", "direct-store", "workgroup-matrix"),
+     256, 128, 64, 4, 2),
+    (("refactor", "block-swizzle", "tb-tiling", "cooperative-matrix", "direct-store",
+      "workgroup-matrix"), 128, 256, 64, 2, 4),
 )
 
 

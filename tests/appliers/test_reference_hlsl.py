@@ -42,7 +42,8 @@ CONFIG = EvalConfig(timeout_s=60.0, warmup=1, repeats=2, max_timing_s=5.0)
 needs_compiler = pytest.mark.skipif(not COMPILERS_HERE, reason="no HLSL compiler on PATH")
 needs_vulkan = pytest.mark.skipif(_no_vulkan() is not None, reason=f"no Vulkan: {_no_vulkan()}")
 # the steps every Vulkan device has (cooperative-matrix needs a device that offers them)
-SIMT_STEPS = tuple(t for t in HLSL_STEPS if t not in ("cooperative-matrix", "direct-store"))
+COOPMAT_STEPS = ("cooperative-matrix", "direct-store", "workgroup-matrix")
+SIMT_STEPS = tuple(t for t in HLSL_STEPS if t not in COOPMAT_STEPS)
 COOPMAT_SEQUENCES = (
     ["refactor", "tb-tiling", "cooperative-matrix"],
     ["refactor", "tb-tiling", "register-staging", "double-buffer", "cooperative-matrix",
@@ -411,8 +412,72 @@ def test_the_ci_compiler_check_lists_a_build_for_every_step():
     spec.loader.exec_module(check)
     for compiler in ("dxc", "slang"):
         names = [case[0] for case in check.cases(compiler)]
-        expected = set(SIMT_STEPS) | ({"cooperative-matrix", "direct-store"}
-                                      if compiler == "slang" else set())
+        expected = set(SIMT_STEPS) | (set(COOPMAT_STEPS) if compiler == "slang" else set())
         assert expected <= set(names), compiler
     coopmat = next(case for case in check.cases("slang") if case[0] == "cooperative-matrix")
     assert coopmat[2]["DTYPE"] == "half" and coopmat[3]  # fp16 with 16-bit types
+
+
+WORKGROUP = [*DIRECT[:3], "cooperative-matrix", "direct-store", "workgroup-matrix"]
+
+
+def test_workgroup_matrix_gives_the_group_one_matrix_loaded_from_the_buffers(catalog):
+    """One BLOCK_M x BLOCK_N accumulator of the thread group, its tiles loaded from A and
+    B (no groupshared tiles left), stored straight to C; whole tiles in M, N and K only."""
+    context = applied(catalog, catalog.device("h200"), WORKGROUP)
+    source = context.source
+    for type_ in ("CoopMat<DTYPE, MemoryScope.Workgroup, BLOCK_M, PT_TK, "
+                  "CoopMatMatrixUse::MatrixA>",
+                  "CoopMat<float, MemoryScope.Workgroup, BLOCK_M, BLOCK_N, "
+                  "CoopMatMatrixUse::MatrixAccumulator>"):
+        assert type_ in source
+    assert "MemoryScope.Subgroup" not in source and "groupshared" not in source
+    assert "TileA.Load<CoopMatMatrixLayout::RowMajor>(A, bm * K + k0, K);" in source
+    assert "Out(acc).Store<CoopMatMatrixLayout::RowMajor>(C, bm * N + bn, N);" in source
+    assert context.size_constraints == ("M % BLOCK_M == 0", "N % BLOCK_N == 0", "N % 8 == 0",
+                                        "K % TILE_K_SIZE == 0")
+
+
+def test_workgroup_matrix_needs_the_devices_workgroup_scope_and_no_groupshared_copies(
+        catalog, lavapipe):
+    with pytest.raises(InvalidPoint, match="facts.workgroup_matrix"):  # lavapipe has none
+        applied(catalog, dataclasses.replace(
+            lavapipe, facts={**lavapipe.facts, "cooperative_matrix": "16x16x16 fp16"}),
+            WORKGROUP)
+    h200 = catalog.device("h200")
+    with pytest.raises(InvalidPoint, match="vector-loads"):
+        applied(catalog, h200, [*DIRECT, "workgroup-matrix"])
+    with pytest.raises(InvalidPoint):  # and not after it either
+        applied(catalog, h200, [*WORKGROUP, "vector-loads"])
+    with pytest.raises(InvalidPoint, match="requires direct-store"):
+        applied(catalog, h200, WORKGROUP[:4] + ["workgroup-matrix"])
+
+
+@pytest.mark.hlsl
+def test_workgroup_matrix_builds_with_slang_into_workgroup_scope_matrices(
+        catalog, lavapipe, tmp_path):
+    """Slang compiles it to SPIR-V whose matrices have workgroup scope (spirv-val accepts
+    them); lavapipe, which has no cooperative matrices, prunes it before it runs."""
+    try:
+        slang = find_compiler("slang")
+    except BackendUnavailable as exc:
+        pytest.skip(f"no slang to build the cooperative-matrix variants with: {exc}")
+    context = applied(catalog, catalog.device("h200"), WORKGROUP)
+    values = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 32, "WAVES_M": 2, "WAVES_N": 2,
+              "SWIZZLE_GROUP": 4}
+    params = {k: v for k, v in values.items() if k in {p.name for p in context.params}}
+    _, found = compile_spirv(slang, context.source,
+                             {"DTYPE": "half", "ACC": "float", "PT_WAVE_SIZE": 32, **params},
+                             tmp_path / "workgroup.spv", sixteen_bit=True)
+    assert found.workgroup_matrices and found.threads == 128
+    if _no_vulkan() is not None:
+        return
+    device = dataclasses.replace(lavapipe, facts={**lavapipe.facts, "hlsl_compiler": "slang"})
+    with HlslBackend(device) as backend:
+        backend.probe()
+        artifact = backend.compile(context, params, "float16", str(tmp_path))
+        with pytest.raises(InvalidPoint, match="cooperative matrices"):
+            backend.evaluate(artifact, EvalRequest(
+                spec=catalog.spec("matmul"), context=context, params=params,
+                dtype="float16", size=ProblemSize.of({"M": 128, "N": 128, "K": 64}),
+                check_sizes=(), config=CONFIG))

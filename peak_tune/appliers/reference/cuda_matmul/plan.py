@@ -98,6 +98,10 @@ class Plan:
     # direct-store: the cooperative-matrix tiles go straight to C; the shader then serves
     # only sizes of whole block tiles (HLSL only)
     direct_store: bool = False
+    # workgroup-matrix: the whole thread group holds one BLOCK_M x BLOCK_N cooperative
+    # matrix and loads its A and B tiles from the buffers (VK_NV_cooperative_matrix2's
+    # workgroup scope; HLSL only)
+    workgroup_matrix: bool = False
 
     def but(self, **changes: bool) -> Plan:
         return replace(self, **changes)
@@ -112,7 +116,7 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
           "hlsl", "coopmat", "persistent", "budget", "wave_broadcast", "direct_store",
-          "cluster", "tma_store")
+          "cluster", "tma_store", "workgroup_matrix")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
                "tma", "persistent", "budget", "cluster", "tma_store")
@@ -123,10 +127,11 @@ AMD_ONLY = ("mfma",)
 # compute does not give.
 HLSL_PARTS = ("tiled", "shared", "thread_tile", "thread_cache", "strided", "transpose_a",
               "padded", "vector_a", "vector_b", "staging", "double_buffer", "swizzle",
-              "interior", "warp_tile", "hlsl", "coopmat", "wave_broadcast", "direct_store")
+              "interior", "warp_tile", "hlsl", "coopmat", "wave_broadcast", "direct_store",
+              "workgroup_matrix")
 # Parts only an HLSL shader has (Vulkan's cooperative matrices, the wave intrinsics'
 # fragment sharing): not in CUDA or HIP.
-HLSL_ONLY = ("coopmat", "wave_broadcast", "direct_store")
+HLSL_ONLY = ("coopmat", "wave_broadcast", "direct_store", "workgroup_matrix")
 
 
 def dump_plan(plan: Plan) -> str:
@@ -185,6 +190,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("wave_broadcast", "thread_cache"),
     ("wave_broadcast", "warp_tile"),
     ("direct_store", "coopmat"),
+    ("workgroup_matrix", "direct_store"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),
@@ -205,6 +211,12 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("coopmat", "warp_tile"),
     ("coopmat", "transpose_a"),  # its A tiles load row-major from the groupshared tile
     ("coopmat", "padded"),  # its loads want 16-byte aligned rows
+    # workgroup-matrix loads its tiles from the buffers: the groupshared copies' steps
+    # would change nothing
+    ("workgroup_matrix", "vector_a"),
+    ("workgroup_matrix", "vector_b"),
+    ("workgroup_matrix", "staging"),
+    ("workgroup_matrix", "interior"),
 )
 
 

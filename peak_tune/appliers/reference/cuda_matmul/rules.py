@@ -393,6 +393,27 @@ def direct_store(plan: Plan, device: DeviceProfile) -> Change:
                   size_constraints=("M % BLOCK_M == 0", "N % BLOCK_N == 0", "N % 8 == 0"))
 
 
+def workgroup_matrix(plan: Plan, device: DeviceProfile) -> Change:
+    """The thread group's one BLOCK_M x BLOCK_N cooperative matrix, its tiles loaded from
+    the buffers: HLSL only, on a device whose profile names VK_NV_cooperative_matrix2's
+    workgroup scope (facts.workgroup_matrix); whole tiles only, K too."""
+    _once(plan.workgroup_matrix, "workgroup-matrix: the group already holds one matrix")
+    if not plan.direct_store:
+        raise InvalidPoint("workgroup-matrix stores its tile straight to C: apply "
+                           "direct-store first")
+    for part, step in (("vector_b", "vector-loads"), ("staging", "register-staging"),
+                       ("interior", "interior-tiles")):
+        _once(getattr(plan, part), f"workgroup-matrix loads its tiles from the buffers: "
+                                   f"{step}'s groupshared copies would be left unused")
+    if not device.facts.get("workgroup_matrix"):
+        raise InvalidPoint(f"workgroup-matrix needs cooperative matrices of a whole thread "
+                           f"group (VK_NV_cooperative_matrix2); device {device.name!r} names "
+                           "none (facts.workgroup_matrix)")
+    return Change(plan.but(workgroup_matrix=True),
+                  size_constraints=("M % BLOCK_M == 0", "N % BLOCK_N == 0",
+                                    "K % TILE_K_SIZE == 0"))
+
+
 def wave_broadcast(plan: Plan, device: DeviceProfile) -> Change:
     """Each lane reads a share of the thread-cache fragments its wave patch's row (A) or
     column (B) needs, and gets the rest from the lanes that read them (WaveReadLaneAt):
@@ -467,4 +488,5 @@ RULES: Mapping[str, Rule] = {
     "cooperative-matrix": cooperative_matrix,
     "wave-broadcast": wave_broadcast,
     "direct-store": direct_store,
+    "workgroup-matrix": workgroup_matrix,
 }

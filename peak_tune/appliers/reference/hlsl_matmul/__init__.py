@@ -26,7 +26,7 @@ __all__ = ["HLSL_STEPS", "HlslMatmul", "emit_shader"]
 HLSL_STEPS = ("refactor", "tb-tiling", "thread-tiling", "thread-cache", "thread-chunk",
               "warp-tiling", "transpose", "offset", "vector-loads", "register-staging",
               "double-buffer", "interior-tiles", "block-swizzle", "cooperative-matrix",
-              "wave-broadcast", "direct-store")
+              "wave-broadcast", "direct-store", "workgroup-matrix")
 
 
 class HlslMatmul(CudaMatmul):

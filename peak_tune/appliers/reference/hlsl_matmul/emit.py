@@ -58,19 +58,27 @@ def emit_shader(plan: Plan, entry: str) -> str:
         writer.line("const int tid = (int)(thread.y * PT_THREADS_X + thread.x);")
         _thread_position(writer, plan)
         writer.line("const int k_lo = 0, k_hi = K;")
-        if plan.coopmat:
-            _coopmat_accumulators(writer)
+        if plan.workgroup_matrix:
+            _workgroup_matrix(writer)
         else:
-            emit_accumulators(writer, plan)
-        if plan.shared:
-            _k_loops(writer, plan)
-        else:
-            _compute_direct(writer, plan)
-        if plan.coopmat:
-            _coopmat_epilogue(writer, plan)
-        else:
-            _epilogue(writer)
+            _tiles(writer, plan)
     return writer.text()
+
+
+def _tiles(writer: HlslWriter, plan: Plan) -> None:
+    """Accumulators, K loop and epilogue of the threads' or subgroups' tiles."""
+    if plan.coopmat:
+        _coopmat_accumulators(writer)
+    else:
+        emit_accumulators(writer, plan)
+    if plan.shared:
+        _k_loops(writer, plan)
+    else:
+        _compute_direct(writer, plan)
+    if plan.coopmat:
+        _coopmat_epilogue(writer, plan)
+    else:
+        _epilogue(writer)
 
 
 def _preamble(writer: HlslWriter, plan: Plan) -> None:
@@ -117,6 +125,8 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
     writer.line("")
     if plan.coopmat:
         _coopmat_types(writer, plan)
+    if plan.workgroup_matrix:
+        return  # no groupshared tiles: the driver stages the group's matrices
     if plan.shared and plan.coopmat:
         emit_coopmat_copy_helpers(writer, plan)
     elif plan.shared:
@@ -124,6 +134,8 @@ def _preamble(writer: HlslWriter, plan: Plan) -> None:
 
 
 def _thread_position(writer: HlslWriter, plan: Plan) -> None:
+    if plan.workgroup_matrix:
+        return  # the group's matrices are the group's: no thread has a part of its own
     if plan.coopmat:
         writer.lines(
             "// cooperative-matrix: subgroup `wave` (one value for all its lanes) computes",
@@ -187,6 +199,21 @@ def _epilogue(writer: HlslWriter) -> None:
 
 
 def _coopmat_types(writer: HlslWriter, plan: Plan) -> None:
+    if plan.workgroup_matrix:
+        writer.lines(
+            "// workgroup-matrix: one matrix of the whole thread group (VK_NV_cooperative_",
+            "// matrix2's workgroup scope, printed as Slang), fp32 accumulation; the driver",
+            "// splits the work among the group's subgroups and stages the tiles.",
+            "using namespace linalg;",
+            "typealias TileA = CoopMat<DTYPE, MemoryScope.Workgroup, BLOCK_M, PT_TK, "
+            "CoopMatMatrixUse::MatrixA>;",
+            "typealias TileB = CoopMat<DTYPE, MemoryScope.Workgroup, PT_TK, BLOCK_N, "
+            "CoopMatMatrixUse::MatrixB>;",
+            "typealias Sum = CoopMat<float, MemoryScope.Workgroup, BLOCK_M, BLOCK_N, "
+            "CoopMatMatrixUse::MatrixAccumulator>;",
+            "typealias Out = CoopMat<DTYPE, MemoryScope.Workgroup, BLOCK_M, BLOCK_N, "
+            "CoopMatMatrixUse::MatrixAccumulator>;", "")
+        return
     writer.lines(
         "// cooperative-matrix: Vulkan's subgroup matrices (Slang's linalg module, printed",
         "// as Slang: only Slang compiles them), 16 x 16 x 16 with fp32 accumulation.",
@@ -203,6 +230,18 @@ def _coopmat_types(writer: HlslWriter, plan: Plan) -> None:
         writer.line("groupshared DTYPE pt_out[WAVES_M * WAVES_N * 256]; // a 16 x 16 slot per "
                     "subgroup")
     writer.line("")
+
+
+def _workgroup_matrix(writer: HlslWriter) -> None:
+    """workgroup-matrix: the group's one accumulator, K in PT_TK steps, its A and B tiles
+    loaded from the buffers, stored straight to C (whole tiles only, K too)."""
+    writer.line("Sum acc = Sum(0.0);")
+    with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
+        writer.lines(
+            "TileA a = TileA.Load<CoopMatMatrixLayout::RowMajor>(A, bm * K + k0, K);",
+            "TileB b = TileB.Load<CoopMatMatrixLayout::RowMajor>(B, k0 * N + bn, N);",
+            "acc = coopMatMulAdd<float, false>(a, b, acc);")
+    writer.line("Out(acc).Store<CoopMatMatrixLayout::RowMajor>(C, bm * N + bn, N);")
 
 
 def _coopmat_accumulators(writer: HlslWriter) -> None:
