@@ -55,6 +55,7 @@ WORKGROUP_SHAPES = ((128, 128, 32, 256), (128, 256, 32, 256), (256, 128, 32, 256
                     (256, 128, 64, 256), (128, 128, 32, 128), (64, 64, 32, 128),
                     (256, 256, 64, 512))
 WORKGROUP_CHECKS = (ProblemSize.of({"M": 512, "N": 512, "K": 192}),)  # multiples of 256, 64
+WHOLE_TILES = ProblemSize.of({"M": 512, "N": 512, "K": 256})  # whole tiles of every row
 
 
 # The reference applier's cooperative-matrix step after the steps around it, at a few
@@ -115,6 +116,7 @@ def _reference_coopmat(gpu: Any, checks: tuple[ProblemSize, ...]) -> list[tuple[
     from peak_tune.appliers.reference import ReferenceApplier
     from peak_tune.catalog.resolve import Catalog
     from peak_tune.evaluation.pipeline import seed_context
+    from peak_tune.evaluation.validation import applicable_sizes
 
     catalog = Catalog.with_user_folders()
     rows = []
@@ -126,7 +128,10 @@ def _reference_coopmat(gpu: Any, checks: tuple[ProblemSize, ...]) -> list[tuple[
                   "WAVES_N": wn, "SWIZZLE_GROUP": 8}
         params = {p.name: values[p.name] for p in context.params}
         label = f"reference {'>'.join(s[:8] for s in sequence[2:])} {bm}x{bn}x{tk} {wm}x{wn}"
-        rows.append((label, context.source, params, dict(context.launch), checks))
+        # direct-store and workgroup-matrix serve whole tiles only: the check sizes that
+        # break their size constraints are left out, as a study leaves them out
+        rows.append((label, context.source, params, dict(context.launch),
+                     applicable_sizes(context, params, (*checks, WHOLE_TILES))))
     return rows
 
 
