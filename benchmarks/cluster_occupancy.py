@@ -62,11 +62,11 @@ def main() -> int:
                               None, None, 0)
         clusters = ctypes.c_int(-1)
         status = driver.cuOccupancyMaxActiveClusters(ctypes.byref(clusters),
-                                                     ctypes.c_void_p(function.ptr),
+                                                     ctypes.c_void_p(function.kernel.ptr),
                                                      ctypes.byref(config))
         blocks = ctypes.c_int(-1)
         driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            ctypes.byref(blocks), ctypes.c_void_p(function.ptr),
+            ctypes.byref(blocks), ctypes.c_void_p(function.kernel.ptr),
             ctypes.c_int(geometry.threads), ctypes.c_size_t(geometry.shared_bytes))
         cluster = params.get("CLUSTER_M", 1)
         row = {"kernel": prefix.strip(), "params": params, "grid": geometry.grid,
