@@ -584,11 +584,18 @@ def test_cluster_multicast_needs_the_tma_producer_and_excludes_split_k(
 def test_cluster_kernels_build_for_sm_90a_without_local_memory(
     kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
 ):
-    context = build(cuda_seed, CLUSTERED[kernel], cuda_catalog, h200)
+    resources = _built(CLUSTERED[kernel], point, cuda_catalog, cuda_seed, h200, tmp_path)
+    assert resources["registers"] > 0 and resources["stack_bytes"] == 0
+
+
+def _built(sequence, point, cuda_catalog, cuda_seed, h200, tmp_path):
+    """The compiler's resources of `sequence` built at `point` (the producer at 72
+    registers, where its cp.async copies fit), fp16 for sm_90a."""
+    context = build(cuda_seed, sequence, cuda_catalog, h200)
     values = {**point, "PRODUCER_REGS": 72}
-    artifact = CudaBackend(h200).compile(
-        context, {p.name: values[p.name] for p in context.params}, "float16", str(tmp_path))
-    assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0
+    return CudaBackend(h200).compile(
+        context, {p.name: values[p.name] for p in context.params}, "float16",
+        str(tmp_path)).resources
 
 
 # ------------------------------------------------------------------ tma-store
@@ -645,8 +652,5 @@ def test_tma_store_kernels_build_for_sm_90a_within_shared_memory(
     kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
 ):
     """128 x 256 tiles in 4 stages and their slabs still fit the 227 KiB of a block."""
-    context = build(cuda_seed, STORED[kernel], cuda_catalog, h200)
-    values = {**point, "PRODUCER_REGS": 72}
-    artifact = CudaBackend(h200).compile(
-        context, {p.name: values[p.name] for p in context.params}, "float16", str(tmp_path))
-    assert artifact.resources["registers"] > 0 and artifact.resources["stack_bytes"] == 0
+    resources = _built(STORED[kernel], point, cuda_catalog, cuda_seed, h200, tmp_path)
+    assert resources["registers"] > 0 and resources["stack_bytes"] == 0

@@ -17,6 +17,7 @@ from peak_tune.appliers.reference import ReferenceApplier
 from peak_tune.appliers.reference.hlsl_matmul import HLSL_STEPS
 from peak_tune.backends._hlsl_compile import (
     COMPILERS,
+    HlslCompiler,
     compile_spirv,
     find_compiler,
     find_optimizer,
@@ -107,6 +108,14 @@ def random_orders(catalog: Catalog, count: int, seed_: int = 7) -> Iterator[list
                      and (t != "warp-tiling" or "thread-tiling" in order)]  # its rule
             order.append(rng.choice(ready))
         yield order
+
+
+def slang_or_skip() -> HlslCompiler:
+    """Slang's compiler, or the test skipped with the reason it is missing."""
+    try:
+        return find_compiler("slang")
+    except BackendUnavailable as exc:
+        pytest.skip(f"no slang to build the cooperative-matrix variants with: {exc}")
 
 
 def params_of(context: KernelContext) -> dict[str, int]:
@@ -305,10 +314,7 @@ def test_cooperative_matrix_variants_give_c_with_the_matrices_emulated(catalog, 
     gathered and packed pieces at its edges and for rows of odd length), the tiles'
     offsets and strides in uint4, register staging, and the epilogue give C = A x B:
     on lavapipe, with each cooperative-matrix call done by every lane in full."""
-    try:
-        find_compiler("slang")
-    except BackendUnavailable as exc:
-        pytest.skip(f"no slang to build the cooperative-matrix variants with: {exc}")
+    slang_or_skip()
     context = applied(catalog, catalog.device("h200"), sequence)
     device = dataclasses.replace(lavapipe, facts={**lavapipe.facts, "hlsl_compiler": "slang"})
     params = {k: v for k, v in COOPMAT_SMALL.items() if k in {p.name for p in context.params}}
@@ -343,10 +349,7 @@ def test_direct_store_gives_c_at_whole_tiles_and_refuses_other_sizes(catalog, la
     """direct-store's tiles go straight to C: right at sizes of whole block tiles (the
     matrices emulated on lavapipe), a store one column off is caught, and a size that is
     not whole tiles is refused before anything runs (the variant's size constraints)."""
-    try:
-        find_compiler("slang")
-    except BackendUnavailable as exc:
-        pytest.skip(f"no slang to build the cooperative-matrix variants with: {exc}")
+    slang_or_skip()
     context = applied(catalog, catalog.device("h200"), DIRECT)
     assert context.size_constraints == ("M % BLOCK_M == 0", "N % BLOCK_N == 0", "N % 8 == 0")
     assert "pt_out" not in context.source
@@ -385,10 +388,7 @@ def test_cooperative_matrix_variants_build_with_slang(catalog, tmp_path):
     """Slang compiles them to SPIR-V that spirv-val accepts, with the cooperative-matrix
     capability and one subgroup of 32 lanes per 16 x 16 tile grid cell (WAVES_M x
     WAVES_N); lavapipe cannot run them, the H200 does (benchmarks/hlsl_matmul.py)."""
-    try:
-        slang = find_compiler("slang")
-    except BackendUnavailable as exc:
-        pytest.skip(f"no slang to build the cooperative-matrix variants with: {exc}")
+    slang = slang_or_skip()
     h200 = catalog.device("h200")
     for index, sequence in enumerate(COOPMAT_SEQUENCES):
         context = applied(catalog, h200, sequence)
@@ -466,10 +466,7 @@ def test_workgroup_matrix_builds_with_slang_into_workgroup_scope_matrices(
         catalog, lavapipe, coopmat2, tmp_path):
     """Slang compiles it to SPIR-V whose matrices have workgroup scope (spirv-val accepts
     them); lavapipe, which has no cooperative matrices, prunes it before it runs."""
-    try:
-        slang = find_compiler("slang")
-    except BackendUnavailable as exc:
-        pytest.skip(f"no slang to build the cooperative-matrix variants with: {exc}")
+    slang = slang_or_skip()
     context = applied(catalog, coopmat2, WORKGROUP)
     values = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 32, "WAVES_M": 2, "WAVES_N": 2,
               "SWIZZLE_GROUP": 4}
