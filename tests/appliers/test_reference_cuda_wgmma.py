@@ -522,8 +522,10 @@ def test_cluster_multicast_shares_each_b_tile_between_the_blocks_of_a_cluster(
     # every block's MMA warps release the stage in every block, the last one too
     assert "pt_bar_init(&pt_empty[s], 4 * PT_CONSUMERS * CLUSTER_M);" in kernel
     assert "pt_bar_arrive(&pt_empty" not in kernel
-    assert ("if (tiles > 0 && wl % 32 == 0) pt_bar_arrive_cluster(&pt_empty[(tiles - 1) % "
-            "PT_STAGES]);") in kernel
+    # lane r of each MMA warp arrives in block r, the arrivals of a warp at once
+    assert ("if (tiles > 0 && wl % 32 < CLUSTER_M) pt_bar_arrive_remote(&pt_empty[(tiles - 1) "
+            "% PT_STAGES], wl % 32);") in kernel
+    assert "release.cluster.shared::cluster" not in head
     # the barriers exist before any block touches another's; a block outlives the releases
     init = kernel.split("pt_fence_barrier_init();")[1]
     assert init.index("pt_cluster_sync();") < init.index("if (wg == PT_CONSUMERS)")

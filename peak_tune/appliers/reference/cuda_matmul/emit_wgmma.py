@@ -465,7 +465,10 @@ __device__ __forceinline__ void pt_wg_copy_inside(DTYPE *__restrict__ s,
 
 def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
     n = _count(plan)
-    release = "pt_bar_arrive_cluster" if plan.cluster else "pt_bar_arrive"
+    # cluster-multicast: lane r of each warp releases the stage in block r of the cluster
+    release = ("wl % 32 < CLUSTER_M) pt_bar_arrive_remote" if plan.cluster
+               else "wl % 32 == 0) pt_bar_arrive")
+    rank = ", wl % 32" if plan.cluster else ""
     writer.line("// the MMA warpgroups: each tile once it is full; the stage before it is "
                 "released")
     writer.line("// once its MMAs are done (one group stays in flight)")
@@ -477,14 +480,13 @@ def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
         _mma_tile(writer)
         writer.lines("pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
                      "pt_wg_fence_acc(acc);",
-                     f"if (t > 0 && wl % 32 == 0) {release}(&pt_empty[({n} - 1) % "
-                     "PT_STAGES]);")
+                     f"if (t > 0 && {release}(&pt_empty[({n} - 1) % PT_STAGES]{rank});")
     writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
     # persistent: the next output tile's copies reuse the last stage too; cluster: the
     # blocks wait for every release before they leave
     if plan.persistent or plan.cluster:
-        writer.line(f"if (tiles > 0 && wl % 32 == 0) {release}(&pt_empty["
-                    f"({_k_tiles_done(plan)} - 1) % PT_STAGES]);")
+        writer.line(f"if (tiles > 0 && {release}(&pt_empty["
+                    f"({_k_tiles_done(plan)} - 1) % PT_STAGES]{rank});")
 
 
 def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:

@@ -159,14 +159,15 @@ __device__ __forceinline__ void pt_cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\\n"
                  "barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");
 }
-// One arrival on `bar` and on its counterparts (same offset) in the cluster's other blocks.
-__device__ __forceinline__ void pt_bar_arrive_cluster(unsigned long long *bar) {
-    #pragma unroll
-    for (int r = 0; r < CLUSTER_M; ++r)
-        asm volatile("{\\n.reg .b32 remote;\\n"
-                     "mapa.shared::cluster.u32 remote, %0, %1;\\n"
-                     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\\n}\\n"
-                     :: "r"(pt_smem_addr(bar)), "r"(r) : "memory");
+// One arrival on `bar`'s counterpart (same offset) in block `rank` of the cluster. Lane r
+// of each MMA warp signals block r, so a warp's CLUSTER_M arrivals go out in one
+// instruction; CTA scope as CUTLASS's cluster barriers (a cluster-scope release made each
+// arrival wait for a cluster-wide fence).
+__device__ __forceinline__ void pt_bar_arrive_remote(unsigned long long *bar, int rank) {
+    asm volatile("{\\n.reg .b32 remote;\\n"
+                 "mapa.shared::cluster.u32 remote, %0, %1;\\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\\n}\\n"
+                 :: "r"(pt_smem_addr(bar)), "r"(rank) : "memory");
 }
 // One box into `dst` of every block in `mask`; each one's mbarrier at `bar`'s offset
 // counts the bytes that land in it.
