@@ -63,7 +63,9 @@ def _copy_function(writer: CodeWriter, name: str, plan: Plan) -> None:
     """pt_wg_copy_a / _b: one operand tile into a swizzled stage with cp.async, shared
     out among the block's threads, or the producer's (tid counted from 0). The producer
     unrolls by 4 only: fully unrolled, its hoisted addresses outgrow the registers that
-    the MMA warpgroups' launch bounds leave it (ptxas spills)."""
+    the MMA warpgroups' launch bounds leave it (ptxas spills). With tma they copy only
+    where the backend could not map A or B, and stay rolled: unrolled, this fallback was
+    a third of the kernel's NVRTC time."""
     copiers = _copiers(plan)
     if name == "a":
         rows, chunks = "BLOCK_M", "(PT_TK / 8)"
@@ -86,7 +88,7 @@ def _copy_function(writer: CodeWriter, name: str, plan: Plan) -> None:
         if plan.producer:
             writer.line("bool plain = false;")
         with writer.unrolled("it", f"PT_CEIL_DIV({units}, {copiers})",
-                             factor=4 if plan.producer else 0):
+                             factor=1 if plan.tma else 4 if plan.producer else 0):
             writer.line(f"const int u = tid + it * {copiers};")
             with writer.block(f"if (({units}) % {copiers} == 0 || u < {units})"):
                 writer.lines(
@@ -215,33 +217,45 @@ def _epilogue(writer: CodeWriter, plan: Plan) -> None:
 
 def _tma_store_epilogue(writer: CodeWriter, plan: Plan) -> None:
     """tma-store: the warpgroup's tile through its two shared slabs, 64 columns at a time,
-    each stored by TMA; the plain epilogue where the backend could not map C."""
-    with writer.block("if (pt_tma_c)"):
+    each stored by TMA; where the backend could not map C, the warpgroup's threads copy
+    each slab out within C's bounds in a rolled loop (a separate unrolled epilogue for
+    this fallback was a third of the kernel's NVRTC time)."""
+    writer.lines(
+        "// tma-store: piece p (columns 64p.. of the warpgroup's tile) goes through slab "
+        "p % 2",
+        "DTYPE *const slabs = pt_smem + PT_STAGES * (PT_A_TILE + PT_B_TILE) "
+        "+ wg * (2 * 64 * 64);",
+        "const int g = wl % 32 / 4, t2 = wl % 4 * 2, r0 = wl / 32 * 16 + g;")
+    with writer.unrolled("p", "WGMMA_N / 64"):
         writer.lines(
-            "// tma-store: piece p (columns 64p.. of the warpgroup's tile) goes through slab "
-            "p % 2",
-            "DTYPE *const slabs = pt_smem + PT_STAGES * (PT_A_TILE + PT_B_TILE) "
-            "+ wg * (2 * 64 * 64);",
-            "const int g = wl % 32 / 4, t2 = wl % 4 * 2, r0 = wl / 32 * 16 + g;")
-        with writer.unrolled("p", "WGMMA_N / 64"):
-            writer.lines(
-                "DTYPE *const slab = slabs + p % 2 * (64 * 64);",
-                "// the slab's last store has read it (the first piece: every store before)",
-                "if (wl == 0) { if (p == 0) pt_tma_store_wait_read<0>(); "
-                "else pt_tma_store_wait_read<1>(); }",
-                "pt_wg_sync(wg);")
-            with writer.unrolled("j", "8"):
-                with writer.unrolled("h", "2"):
-                    writer.lines(
-                        "const int r = r0 + h * 8, a = 4 * (8 * p + j) + 2 * h;",
-                        "*reinterpret_cast<unsigned *>(slab + r * 64 + ((j ^ (r % 8)) << 3) "
-                        "+ t2) = pt_pack2((DTYPE)acc[a], (DTYPE)acc[a + 1]);")
-            writer.lines(
-                "pt_fence_async_smem(); // the slab is visible to the TMA unit",
-                "pt_wg_sync(wg);",
-                "if (wl == 0) pt_tma_store(slab, tma_C, bn + wn + p * 64, bm + wm);")
-    with writer.block("else"):
-        _epilogue(writer, plan)
+            "DTYPE *const slab = slabs + p % 2 * (64 * 64);",
+            "// the slab's last store has read it (the first piece: every store before)",
+            "if (pt_tma_c && wl == 0) { if (p == 0) pt_tma_store_wait_read<0>(); "
+            "else pt_tma_store_wait_read<1>(); }",
+            "pt_wg_sync(wg); // ... and every thread has copied it out")
+        with writer.unrolled("j", "8"):
+            with writer.unrolled("h", "2"):
+                writer.lines(
+                    "const int r = r0 + h * 8, a = 4 * (8 * p + j) + 2 * h;",
+                    "*reinterpret_cast<unsigned *>(slab + r * 64 + ((j ^ (r % 8)) << 3) "
+                    "+ t2) = pt_pack2((DTYPE)acc[a], (DTYPE)acc[a + 1]);")
+        writer.lines(
+            "pt_fence_async_smem(); // the slab is visible to the TMA unit",
+            "pt_wg_sync(wg);")
+        with writer.block("if (pt_tma_c)"):
+            writer.line("if (wl == 0) pt_tma_store(slab, tma_C, bn + wn + p * 64, bm + wm);")
+        with writer.block("else"):
+            writer.line("// no map of C: 16-byte chunk e of the slab to C, element by "
+                        "element inside C")
+            writer.line("#pragma unroll 1")
+            with writer.block("for (int e = wl; e < 64 * 8; e += 128)"):
+                writer.lines(
+                    "const int r = e / 8, ch = e % 8;",
+                    "const int row = bm + wm + r, col = bn + wn + p * 64 + ch * 8;",
+                    "const DTYPE *const src = slab + r * 64 + ((ch ^ (r % 8)) << 3);",
+                    "#pragma unroll 1",
+                    "for (int q = 0; q < 8; ++q) "
+                    "if (row < M && col + q < N) C[(size_t)row * N + col + q] = src[q];")
 
 
 def _store_pair(writer: CodeWriter) -> None:
