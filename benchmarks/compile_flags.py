@@ -68,6 +68,8 @@ def main() -> int:
     parser.add_argument("--flags", default=DEFAULT_FLAGS,
                         help="flag sets, ';' between them; -arch and -D are added")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--size", type=int, default=0,
+                        help="time every point at this square size (0: its landscape's)")
     args = parser.parse_args()
     flag_sets = [tuple(shlex.split(f)) for f in args.flags.split(";")]
     device = this_gpu_profile()
@@ -75,6 +77,8 @@ def main() -> int:
     points = [p for path in args.landscape for p in best_points(path, args.top)]
     points.append({"dtype": "float16", "size": "4096x4096x4096", "sequence": TMA_STORE[0],
                    "params": TMA_STORE[1]})
+    if args.size:
+        points = [{**p, "size": f"{args.size}x{args.size}x{args.size}"} for p in points]
     config = EvalConfig(timeout_s=60.0, warmup=3, repeats=args.repeats, max_timing_s=5.0)
     out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"),
                            "command": shlex.join(["python3", *sys.argv]),
