@@ -92,7 +92,7 @@ def main() -> int:
     with CudaBackend(device) as backend, tempfile.TemporaryDirectory() as build_dir:
         out["fingerprint"] = dict(backend.fingerprint())
         for number, point in enumerate(points):
-            size = ProblemSize.of(dict(zip("MNK", map(int, point["size"].split("x")))))
+            size = ProblemSize.of(dict(zip("MNK", map(int, point["size"].split("x")), strict=True)))
             vendor_key = f"{point['dtype']}:{point['size']}"
             if vendor_key not in out["vendor"]:
                 name, m = backend.time_vendor(spec, point["dtype"], size, config)
