@@ -47,10 +47,6 @@ _SIGNATURE = ("(const DTYPE *__restrict__ A, const DTYPE *__restrict__ B, DTYPE 
 _TMA_PARAMETERS = ", const void *__restrict__ tma_A, const void *__restrict__ tma_B)"
 # tma-store: C's map too (launch key tma_C), or null
 _TMA_STORE_PARAMETER = ", const void *__restrict__ tma_C)"
-# The K loops for unaligned or partial tiles (vector-loads', interior-tiles' fallbacks)
-# unroll their K steps by this much, not fully: the tuned sizes run the first loop, and
-# three fully unrolled copies of the outer products were most of a build's NVRTC time.
-FALLBACK_KK_UNROLL = 4
 
 
 def emit_source(plan: Plan, entry: str) -> str:
@@ -92,13 +88,8 @@ def emit_source(plan: Plan, entry: str) -> str:
     return writer.text()
 
 
-def _compute_tile(writer: CodeWriter, plan: Plan, a_tile: str, b_tile: str,
-                  fallback: bool) -> None:
-    if plan.mfma:
-        emit_mfma_compute_tile(writer, plan, a_tile, b_tile)
-    else:
-        emit_compute_tile(writer, plan, a_tile, b_tile,
-                          kk_unroll=FALLBACK_KK_UNROLL if fallback else 0)
+def _compute_tile(writer: CodeWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
+    (emit_mfma_compute_tile if plan.mfma else emit_compute_tile)(writer, plan, a_tile, b_tile)
 
 
 def _preamble(writer: CodeWriter, plan: Plan) -> None:
@@ -254,8 +245,7 @@ def _k_loops(writer: CodeWriter, plan: Plan) -> None:
     if plan.vector_a or plan.vector_b:  # (the comment of the variants before interior-tiles)
         writer.lines("// vector-loads: the K loop twice, with and without 16-byte copies, so",
                      "// that each copy keeps only the addressing it uses")
-    emit_k_variants(writer, plan, lambda vec, edge, fallback: _k_loop(writer, plan, vec, edge,
-                                                                      fallback))
+    emit_k_variants(writer, plan, lambda vec, edge: _k_loop(writer, plan, vec, edge))
 
 
 def emit_edge_flag(writer: CodeWriter) -> None:
@@ -266,32 +256,31 @@ def emit_edge_flag(writer: CodeWriter) -> None:
                  "(k_hi - k_lo) % PT_TK != 0;")
 
 
-def emit_k_variants(writer: CodeWriter, plan: Plan,
-                    k_loop: Callable[[str, str, bool], None]) -> None:
-    """`k_loop(vec, edge, fallback)` once per combination of the copies' flags (literal
-    "true" / "false"; vec "" when no copy is vectorised), under `if / else if / else` on
-    them; `fallback` for all but the first, the loop of aligned whole tiles."""
+def emit_k_variants(writer: CodeWriter, plan: Plan, k_loop: Callable[[str, str], None]
+                    ) -> None:
+    """`k_loop(vec, edge)` once per combination of the copies' flags (literal "true" /
+    "false"; vec "" when no copy is vectorised), under `if / else if / else` on them."""
     vector = plan.vector_a or plan.vector_b
     # (condition, vec, edge): the first whose condition holds runs; "" is the last, else
     loops = [("vec", "true", "true"), ("", "false", "true")] if vector else [("", "", "true")]
     if plan.interior:
         loops.insert(0, ("vec && !edge" if vector else "!edge", loops[0][1], "false"))
     if len(loops) == 1:
-        k_loop("", "true", False)
+        k_loop("", "true")
         return
     for index, (condition, vec, edge) in enumerate(loops):
         head = f"{'else if' if index else 'if'} ({condition})" if condition else "else"
         with writer.block(head):
-            k_loop(vec, edge, index > 0)
+            k_loop(vec, edge)
 
 
-def _k_loop(writer: CodeWriter, plan: Plan, vec: str, edge: str, fallback: bool) -> None:
+def _k_loop(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     if plan.staging:
-        _loop_staged(writer, plan, vec, edge, fallback)
+        _loop_staged(writer, plan, vec, edge)
     elif plan.stages:
-        _loop_stages(writer, plan, vec, edge, fallback)
+        _loop_stages(writer, plan, vec, edge)
     else:
-        _loop_single(writer, plan, vec, edge, fallback)
+        _loop_single(writer, plan, vec, edge)
 
 
 def _copies(writer: CodeWriter, plan: Plan, function: str, target: str, k0: str,
@@ -301,18 +290,16 @@ def _copies(writer: CodeWriter, plan: Plan, function: str, target: str, k0: str,
     writer.line(copy_call(b, function, f"{target} + PT_A_TILE", k0, vec, edge))
 
 
-def _loop_single(writer: CodeWriter, plan: Plan, vec: str, edge: str,
-                 fallback: bool) -> None:
+def _loop_single(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     writer.line("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;")
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
         _copies(writer, plan, "copy", "as", "k0", vec, edge)
         writer.line("__syncthreads();")
-        _compute_tile(writer, plan, "as", "bs", fallback)
+        _compute_tile(writer, plan, "as", "bs")
         writer.line("__syncthreads();")
 
 
-def _loop_staged(writer: CodeWriter, plan: Plan, vec: str, edge: str,
-                 fallback: bool) -> None:
+def _loop_staged(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     if not plan.double_buffer:  # (double-buffer names the tiles per K tile)
         writer.line("DTYPE *const as = PT_STAGE(0), *const bs = as + PT_A_TILE;")
     writer.line("DTYPE ra[PT_A_REGS], rb[PT_B_REGS]; // register-staging: the next tile")
@@ -324,7 +311,7 @@ def _loop_staged(writer: CodeWriter, plan: Plan, vec: str, edge: str,
             writer.lines(put_call(a, "PT_STAGE(0)", "ra", vec),
                          put_call(b, "PT_STAGE(0) + PT_A_TILE", "rb", vec))
     if plan.double_buffer:
-        _loop_double_buffered(writer, plan, vec, edge, fallback)
+        _loop_double_buffered(writer, plan, vec, edge)
         return
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
         writer.lines(put_call(a, "as", "ra", vec), put_call(b, "bs", "rb", vec),
@@ -332,12 +319,11 @@ def _loop_staged(writer: CodeWriter, plan: Plan, vec: str, edge: str,
         with writer.block("if (k0 + PT_TK < k_hi)"):
             writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
-        _compute_tile(writer, plan, "as", "bs", fallback)
+        _compute_tile(writer, plan, "as", "bs")
         writer.line("__syncthreads();")
 
 
-def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, edge: str,
-                          fallback: bool) -> None:
+def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     """double-buffer: tile t is computed from buffer t % 2 while tile t + 1, fetched into
     registers, is put into the other one, which nobody reads since the last barrier."""
     a, b = operands(plan)
@@ -348,15 +334,14 @@ def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, edge: str,
         with writer.block("if (more)"):
             writer.lines(copy_call(a, "fetch", "ra", "k0 + PT_TK", vec, edge),
                          copy_call(b, "fetch", "rb", "k0 + PT_TK", vec, edge))
-        _compute_tile(writer, plan, "as", "bs", fallback)
+        _compute_tile(writer, plan, "as", "bs")
         with writer.block("if (more)"):
             writer.lines(put_call(a, "PT_STAGE((t + 1) & 1)", "ra", vec),
                          put_call(b, "PT_STAGE((t + 1) & 1) + PT_A_TILE", "rb", vec))
         writer.line("__syncthreads(); // tile t + 1 is in place; buffer t % 2 is free")
 
 
-def _loop_stages(writer: CodeWriter, plan: Plan, vec: str, edge: str,
-                 fallback: bool) -> None:
+def _loop_stages(writer: CodeWriter, plan: Plan, vec: str, edge: str) -> None:
     writer.line("const int tiles = k_hi > k_lo ? PT_CEIL_DIV(k_hi - k_lo, PT_TK) : 0;")
     writer.line("// pipelining: NUM_STAGES - 1 tiles in flight before the first is used")
     with writer.unrolled("s", "PT_STAGES - 1"):
@@ -372,4 +357,4 @@ def _loop_stages(writer: CodeWriter, plan: Plan, vec: str, edge: str,
                     "k_lo + ahead * PT_TK", vec, edge)
         writer.lines("pt_cp_commit();",
                      "DTYPE *const as = PT_STAGE(t % PT_STAGES), *const bs = as + PT_A_TILE;")
-        _compute_tile(writer, plan, "as", "bs", fallback)
+        _compute_tile(writer, plan, "as", "bs")

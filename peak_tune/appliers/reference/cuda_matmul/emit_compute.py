@@ -92,10 +92,8 @@ def emit_compute_direct(writer: CodeWriter, plan: Plan) -> None:
         outer_product(writer, plan, "a_row[i][k]", "b_row[b_col[j]]")
 
 
-def emit_compute_tile(writer: CodeWriter, plan: Plan, a_tile: str, b_tile: str,
-                      kk_unroll: int = 0) -> None:
-    """One shared K tile: PT_TK steps of SIMT outer products (unrolled by `kk_unroll`,
-    0: fully), or PT_TK / 16 MMA steps."""
+def emit_compute_tile(writer: CodeWriter, plan: Plan, a_tile: str, b_tile: str) -> None:
+    """One shared K tile: PT_TK steps of SIMT outer products, or PT_TK / 16 MMA steps."""
     if plan.mma:
         writer.line("#pragma unroll")
         with writer.block("for (int kk = 0; kk < PT_TK; kk += 16)"):
@@ -107,7 +105,7 @@ def emit_compute_tile(writer: CodeWriter, plan: Plan, a_tile: str, b_tile: str,
             with writer.unrolled("mi", "PT_MMA_M"), writer.unrolled("ni", "PT_MMA_N"):
                 writer.line("pt_mma(acc[mi][ni], af[mi], bf[ni]);")
         return
-    with writer.unrolled("kk", "PT_TK", factor=kk_unroll):
+    with writer.unrolled("kk", "PT_TK"):
         outer_product(writer, plan, f"PT_AS({a_tile}, PT_ROW(i), kk)",
                        f"PT_BS({b_tile}, kk, PT_COL(j))")
 

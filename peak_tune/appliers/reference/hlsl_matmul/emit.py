@@ -304,8 +304,7 @@ def _k_loops(writer: HlslWriter, plan: Plan) -> None:
         writer.line(f"const bool vec = {' && '.join(aligned)}; // rows of whole vectors")
     if plan.interior:
         emit_edge_flag(writer)
-    emit_k_variants(writer, plan, lambda vec, edge, _fallback: _k_loop(writer, plan, vec,
-                                                                       edge))
+    emit_k_variants(writer, plan, lambda vec, edge: _k_loop(writer, plan, vec, edge))
 
 
 def _k_loop(writer: HlslWriter, plan: Plan, vec: str, edge: str) -> None:
