@@ -47,8 +47,8 @@ from .emit_wgmma_text import (
     WGMMA_SHAPES,
     wgmma_function,
 )
-from .geometry import BARRIER_BYTES, has_barriers
 from .geometry import WGMMA_ALIGN as _ALIGN
+from .geometry import barrier_bytes, has_barriers, mma_warpgroups
 from .plan import Plan
 from .writer import CodeWriter
 
@@ -146,7 +146,7 @@ def _copies(writer: CodeWriter, plan: Plan, stage: str, k0: str) -> None:
 
 
 def _shared_memory(writer: CodeWriter, plan: Plan) -> None:
-    extra = f" + {BARRIER_BYTES} * PT_STAGES" if has_barriers(plan) else ""
+    extra = f" + {barrier_bytes(plan, 'PT_STAGES')}" if has_barriers(plan) else ""
     writer.lines(
         f"// Dynamic shared memory, launched {_ALIGN} bytes larger so that the stages can",
         f"// start on a {_ALIGN}-byte boundary (the 128-byte swizzle repeats every {_ALIGN}).",
@@ -292,6 +292,9 @@ def _barriers(writer: CodeWriter, plan: Plan) -> None:
         "unsigned long long *const pt_full = reinterpret_cast<unsigned long long *>("
         "pt_smem + PT_SMEM_ELEMS);",
         "unsigned long long *const pt_empty = pt_full + PT_STAGES;")
+    if plan.pingpong:
+        writer.line("unsigned long long *const pt_order = pt_empty + PT_STAGES; // ping-pong: "
+                    "order[g] completes when the other group's MMAs of its tile are issued")
     arrivals = "PT_LOADERS" if plan.producer else "1"
     if plan.tma and plan.producer:
         arrivals = "pt_tma ? 1 : PT_LOADERS"
@@ -302,6 +305,10 @@ def _barriers(writer: CodeWriter, plan: Plan) -> None:
             writer.line(f"pt_bar_init(&pt_full[s], {arrivals});")
             if plan.producer:
                 writer.line(f"pt_bar_init(&pt_empty[s], {releases});")
+        if plan.pingpong:
+            writer.lines("pt_bar_init(&pt_order[0], 4 * PT_CONSUMERS); // one arrival per MMA "
+                         "warp of the other group",
+                         "pt_bar_init(&pt_order[1], 4 * PT_CONSUMERS);")
         if plan.cluster:
             writer.line("pt_fence_barrier_init();")
     if plan.cluster:
@@ -326,12 +333,22 @@ def _k_tiles(plan: Plan) -> str:
 
 
 @contextmanager
-def _output_tiles(writer: CodeWriter, plan: Plan, position: Position) -> Iterator[None]:
-    """persistent: what the body prints, once per output tile of this block."""
+def _output_tiles(writer: CodeWriter, plan: Plan, position: Position,
+                  group: bool = False) -> Iterator[None]:
+    """persistent: what the body prints, once per output tile of this block; with
+    `group` (ping-pong's MMA warpgroups) once per output tile of this group: grp, grp + 2,
+    ... of the block's, `n` counting them, `it` skipping the other group's K tiles."""
     if not plan.persistent:
         yield
         return
-    if plan.cluster:  # the blocks of a cluster walk their cluster's tiles together
+    if group and plan.pingpong:
+        writer.lines(
+            "// ping-pong: group grp computes the block's output tiles grp, grp + 2, ...; the",
+            "// K tiles of the other group's tiles lie between its own in `it`",
+            "it = grp * tiles;")
+        loop = ("for (int tile = blockIdx.x + grp * gridDim.x, n = 0; tile < tiles_m * tiles_n; "
+                "tile += 2 * gridDim.x, it += tiles, ++n)")
+    elif plan.cluster:  # the blocks of a cluster walk their cluster's tiles together
         loop = ("for (int tile = blockIdx.x / CLUSTER_M; tile < cluster_rows * tiles_n; "
                 "tile += gridDim.x / CLUSTER_M)")
     else:
@@ -486,6 +503,12 @@ def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
     writer.line("// the MMA warpgroups: each tile once it is full; the stage before it is "
                 "released")
     writer.line("// once its MMAs are done (one group stays in flight)")
+    if plan.pingpong:
+        writer.lines(
+            "// ping-pong: the other group's MMAs of the tile before this one are issued, so",
+            "// the stages' phases this group waits for are the next ones (the other group",
+            "// stores its tile while this one computes)",
+            "if (grp > 0 || n > 0) pt_bar_wait(&pt_order[grp], (n - 1 + grp) & 1);")
     with writer.block(_k_tiles(plan)):
         writer.lines(
             f"pt_bar_wait(&pt_full[{n} % PT_STAGES], ({n} / PT_STAGES) & 1);",
@@ -495,6 +518,9 @@ def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
         writer.lines("pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
                      "pt_wg_fence_acc(acc);",
                      f"if (t > 0 && {release}(&pt_empty[({n} - 1) % PT_STAGES]{rank});")
+    if plan.pingpong:
+        writer.line("if (wl % 32 == 0) pt_bar_arrive(&pt_order[grp ^ 1]); // ping-pong: the "
+                    "other group's turn")
     writer.lines("pt_wg_wait<0>();", "pt_wg_fence_acc(acc);")
     # persistent: the next output tile's copies reuse the last stage too; cluster: the
     # blocks wait for every release before they leave
@@ -517,7 +543,7 @@ def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
         if plan.cluster:
             writer.line("const int cluster_rows = PT_CEIL_DIV(tiles_m, CLUSTER_M); "
                         "// cluster-multicast: rows of CLUSTER_M block rows")
-    with writer.block("if (wg == PT_CONSUMERS)"):
+    with writer.block(f"if (wg == {mma_warpgroups(plan)})"):
         if plan.budget:
             writer.line("pt_regs_dec<PRODUCER_REGS>(); // register-budget: copies need few")
         if plan.tma:
@@ -534,7 +560,7 @@ def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
         writer.line("pt_regs_inc<PT_MMA_REGS>(); // register-budget: what the producer gave back")
     if plan.tma_store:
         writer.line("if (pt_tma_c && wl == 0) pt_tma_acquire(tma_C);")
-    with _output_tiles(writer, plan, position):
+    with _output_tiles(writer, plan, position, group=True):
         _accumulators(writer)  # only the MMA warpgroups hold them
         _consumer_loop(writer, plan)
         if plan.split_k:  # among the MMA warpgroups: the producer has left
@@ -560,8 +586,14 @@ def emit_wgmma_kernel(writer: CodeWriter, plan: Plan, position: Position) -> Non
     tile."""
     writer.lines(
         "const int tid = threadIdx.x;",
-        "const int wg = tid / 128, wl = tid % 128; // warpgroup, thread in it",
-        "const int wm = wg / PT_WG_COLS * 64, wn = wg % PT_WG_COLS * WGMMA_N; // its tile")
+        "const int wg = tid / 128, wl = tid % 128; // warpgroup, thread in it")
+    slab = "wg"
+    if plan.pingpong:
+        writer.line("const int grp = wg / PT_CONSUMERS, wc = wg % PT_CONSUMERS; // ping-pong: "
+                    "its group, its place in it")
+        slab = "wc"
+    writer.line(f"const int wm = {slab} / PT_WG_COLS * 64, wn = {slab} % PT_WG_COLS * WGMMA_N; "
+                "// its tile")
     _shared_memory(writer, plan)
     if plan.tma:
         writer.line("const bool pt_tma = tma_A != nullptr && tma_B != nullptr; "

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from .plan import Plan
 
-__all__ = ["BARRIER_BYTES", "CLUSTER_B_BOX", "C_SLABS_BYTES", "STATIC_SHARED_LIMIT",
-           "TMA_BOXES", "TMA_C_BOX", "WGMMA_ALIGN", "derived_macros", "has_barriers",
-           "launch_of", "macros_used", "smem_elements", "smem_unit", "threads_expression"]
+__all__ = ["BARRIER_BYTES", "CLUSTER_B_BOX", "C_SLABS_BYTES", "ORDER_BYTES",
+           "STATIC_SHARED_LIMIT", "TMA_BOXES", "TMA_C_BOX", "WGMMA_ALIGN", "barrier_bytes",
+           "derived_macros", "has_barriers", "launch_of", "macros_used", "mma_warpgroups",
+           "smem_elements", "smem_unit", "threads_expression"]
 
 # Tiles up to this many bytes are static shared memory: 48 KiB, the most a block may
 # declare statically, less 64 bytes kept for the kernel's other __shared__ variables.
@@ -27,6 +28,8 @@ WGMMA_ALIGN = 1024
 # warp-specialize, tma: two 8-byte mbarriers per stage (tile full, stage empty) after the
 # stages
 BARRIER_BYTES = 16
+# ping-pong: one 8-byte mbarrier per group of MMA warpgroups, after the stages' barriers
+ORDER_BYTES = 16
 # tma: the box of one TMA copy is a 64-element (128-byte) slab of a tile row, swizzled like
 # the tiles; A's box is BLOCK_M rows of its K slab, B's TILE_K_SIZE rows of its N slab
 TMA_BOXES = {"tma_A": "BLOCK_M, 64, 128", "tma_B": "TILE_K_SIZE, 64, 128"}
@@ -37,6 +40,19 @@ CLUSTER_B_BOX = "TILE_K_SIZE // CLUSTER_M, 64, 128"
 # warpgroup's two slabs take C_SLABS_BYTES (fp16/bf16)
 TMA_C_BOX = "64, 64, 128"
 C_SLABS_BYTES = 2 * 64 * 64 * 2
+
+
+def mma_warpgroups(plan: Plan) -> str:
+    """The macro counting a warp-specialized kernel's MMA warpgroups: PT_CONSUMERS, one
+    group of them, or with ping-pong two groups (PT_MMA_WGS)."""
+    return "PT_MMA_WGS" if plan.pingpong else "PT_CONSUMERS"
+
+
+def barrier_bytes(plan: Plan, stages: str) -> str:
+    """The mbarriers' bytes after the stages (and slabs), as a C or launch expression:
+    full and empty per stage, and ping-pong's two order barriers."""
+    order = f" + {ORDER_BYTES}" if plan.pingpong else ""
+    return f"{BARRIER_BYTES} * {stages}{order}"
 
 
 def has_barriers(plan: Plan) -> bool:
@@ -94,12 +110,16 @@ def derived_macros(plan: Plan) -> list[str]:
     lines = ["#define PT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))",
              "#define PT_ROUND8(x) (PT_CEIL_DIV(x, 8) * 8)"]
     if plan.producer:
+        mma = mma_warpgroups(plan)
         lines += ["#define PT_CONSUMERS ((BLOCK_M / 64) * (BLOCK_N / WGMMA_N)) "
-                  "/* warpgroups of 64 x WGMMA_N that compute */",
-                  "#define PT_THREADS (128 * (PT_CONSUMERS + 1)) /* ... and one that copies */",
+                  "/* warpgroups of 64 x WGMMA_N that compute */"]
+        if plan.pingpong:
+            lines.append(f"#define {mma} (2 * PT_CONSUMERS) /* ping-pong: two groups of them, "
+                         "the block's output tiles in turn */")
+        lines += [f"#define PT_THREADS (128 * ({mma} + 1)) /* ... and one that copies */",
                   "#define PT_LOADERS 128 /* threads that copy the tiles */"]
         if plan.tma_store:
-            lines.append("#define PT_C_SLABS (PT_CONSUMERS * 2 * 64 * 64) "
+            lines.append(f"#define PT_C_SLABS ({mma} * 2 * 64 * 64) "
                          "/* tma-store: two 64 x 64 slabs of C per MMA warpgroup */")
         if plan.budget:
             # ptxas gives a kernel that uses setmaxnreg its launch bounds' most registers
@@ -108,8 +128,8 @@ def derived_macros(plan: Plan) -> list[str]:
             lines += [
                 "#define PT_ENTRY_REGS (65536 / PT_THREADS / 8 * 8 < 256 ? "
                 "65536 / PT_THREADS / 8 * 8 : 256) /* register-budget: a thread's at entry */",
-                "#define PT_MMA_FIT ((PT_ENTRY_REGS * (PT_CONSUMERS + 1) - PRODUCER_REGS) "
-                "/ PT_CONSUMERS / 8 * 8) /* what the producer leaves the MMA warpgroups */",
+                f"#define PT_MMA_FIT ((PT_ENTRY_REGS * ({mma} + 1) - PRODUCER_REGS) "
+                f"/ {mma} / 8 * 8) /* what the producer leaves the MMA warpgroups */",
                 "#define PT_MMA_REGS (PT_MMA_FIT < 256 ? PT_MMA_FIT : 256)"]
     elif plan.wgmma:
         lines += ["#define PT_THREADS (128 * (BLOCK_M / 64) * (BLOCK_N / WGMMA_N)) "
@@ -195,7 +215,7 @@ def _buffers(plan: Plan) -> str:
 def threads_expression(plan: Plan) -> str:
     """Threads per block as a launch/constraint expression."""
     if plan.producer:
-        return "128 * ((BLOCK_M // 64) * (BLOCK_N // WGMMA_N) + 1)"
+        return f"128 * ({_groups(plan)}(BLOCK_M // 64) * (BLOCK_N // WGMMA_N) + 1)"
     if plan.wgmma:
         return "128 * (BLOCK_M // 64) * (BLOCK_N // WGMMA_N)"
     if plan.mfma:
@@ -207,6 +227,11 @@ def threads_expression(plan: Plan) -> str:
         n = "(8 * TENSOR_TILE_N)" if plan.mma_tiles else "8"
         return f"32 * (BLOCK_M // {m}) * (BLOCK_N // {n})"
     return f"({_block_y(plan)}) * ({_block_x(plan)})"
+
+
+def _groups(plan: Plan) -> str:
+    """ping-pong's two groups of MMA warpgroups, as a factor of a launch expression."""
+    return "2 * " if plan.pingpong else ""
 
 
 def _block_x(plan: Plan) -> str:
@@ -249,8 +274,8 @@ def launch_of(plan: Plan) -> dict[str, str]:
         launch["block_x"] = _block_x(plan)
         launch["block_y"] = _block_y(plan)
     if plan.wgmma:  # always dynamic, WGMMA_ALIGN more to align the stages
-        barriers = f" + {BARRIER_BYTES} * NUM_STAGES" if has_barriers(plan) else ""
-        slabs = (f" + (BLOCK_M // 64) * (BLOCK_N // WGMMA_N) * {C_SLABS_BYTES}"
+        barriers = f" + {barrier_bytes(plan, 'NUM_STAGES')}" if has_barriers(plan) else ""
+        slabs = (f" + {_groups(plan)}(BLOCK_M // 64) * (BLOCK_N // WGMMA_N) * {C_SLABS_BYTES}"
                  if plan.tma_store else "")
         launch["shared_bytes"] = f"{smem_elements(plan)} * 2 + {WGMMA_ALIGN}{barriers}{slabs}"
         if plan.tma:

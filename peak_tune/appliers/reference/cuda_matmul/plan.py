@@ -25,7 +25,8 @@ changes one part of it. The plan records, part by part, what the code looks like
   may give most of its registers to the MMA warpgroups: `budget`),
   with cp.async or, where the backend gives tensor maps, TMA (`tma`), the B tile shared by
   the CLUSTER_M blocks of a thread-block cluster (`cluster`: each loads a share of it
-  for all, TMA multicast); or, on AMD GPUs,
+  for all, TMA multicast), the MMA warpgroups in one group or in two that take the
+  output tiles in turn (`pingpong`); or, on AMD GPUs,
   matrix cores (`mfma`: each wave64 computes 32 x 32 tiles with v_mfma_f32_32x32x8f16 or
   v_mfma_f32_32x32x2f32 from the shared tiles);
 - epilogue: plain stores, or the split-K hand-over between slices, or (warpgroup
@@ -85,6 +86,9 @@ class Plan:
     cluster: bool = False
     # tma-store: the MMA warpgroups store C through swizzled shared slabs with TMA
     tma_store: bool = False
+    # ping-pong: two groups of MMA warpgroups take the block's output tiles in turn, one
+    # group's MMAs running while the other stores its tile
+    pingpong: bool = False
     interior: bool = False  # interior-tiles: blocks inside the matrices copy unchecked
     hip: bool = False  # printed as HIP (the seed was naive.hip), not CUDA: see emit.py
     mfma: bool = False  # mfma: waves compute 32 x 32 MFMA tiles (AMD CDNA, HIP only)
@@ -116,10 +120,10 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
           "hlsl", "coopmat", "persistent", "budget", "wave_broadcast", "direct_store",
-          "cluster", "tma_store", "workgroup_matrix")
+          "cluster", "tma_store", "workgroup_matrix", "pingpong")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
-               "tma", "persistent", "budget", "cluster", "tma_store")
+               "tma", "persistent", "budget", "cluster", "tma_store", "pingpong")
 # Parts only AMD GPUs have (the MFMA matrix cores of CDNA): only in HIP.
 AMD_ONLY = ("mfma",)
 # The parts an HLSL compute shader has (hlsl_matmul prints them); the rest need pointers,
@@ -184,6 +188,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("cluster", "tma"),
     ("tma_store", "producer"),
     ("tma_store", "tma"),
+    ("pingpong", "persistent"),
     ("mfma", "shared"),
     ("coopmat", "shared"),
     ("wave_broadcast", "shared"),
@@ -205,6 +210,7 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("budget", "launch_bounds"),  # its budgets are for one block per SM
     ("cluster", "split_k"),  # the slices' hand-over spins between blocks a cluster holds
     ("tma_store", "split_k"),  # later slices add to C, which a TMA store cannot
+    ("pingpong", "cluster"),  # a cluster's blocks walk their tiles in step, not in turn
     ("mfma", "thread_tile"),
     ("mfma", "warp_tile"),
     ("coopmat", "thread_tile"),

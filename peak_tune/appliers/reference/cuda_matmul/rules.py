@@ -303,9 +303,13 @@ def register_budget(plan: Plan, device: DeviceProfile) -> Change:
         raise InvalidPoint(f"register-budget divides 65536 registers per SM; device "
                            f"{device.name!r} has {device.facts.get('registers_per_sm')}")
     child = plan.but(budget=True)
-    # the producer's dec must not ask for more than a thread holds at entry (geometry's
-    # PT_ENTRY_REGS: 65536 over the block's threads, in 8s)
-    return Change(child, (f"PRODUCER_REGS <= 65536 // ({threads_expression(child)}) // 8 * 8",))
+    return Change(child, (_producer_regs_fit(child),))
+
+
+def _producer_regs_fit(plan: Plan) -> str:
+    """register-budget: the producer's dec must not ask for more than a thread holds at
+    entry (geometry's PT_ENTRY_REGS: 65536 over the block's threads, in 8s)."""
+    return f"PRODUCER_REGS <= 65536 // ({threads_expression(plan)}) // 8 * 8"
 
 
 def cluster_multicast(plan: Plan, device: DeviceProfile) -> Change:
@@ -315,10 +319,27 @@ def cluster_multicast(plan: Plan, device: DeviceProfile) -> Change:
         raise InvalidPoint("cluster-multicast needs the TMA producer of warp-specialize and "
                            "tma")
     _once(plan.cluster, "cluster-multicast: the blocks already share their B tiles")
+    _once(plan.pingpong, "cluster-multicast cannot follow ping-pong: a cluster's blocks "
+                         "walk their tiles in step")
     _once(plan.split_k, "cluster-multicast cannot follow split-k: the slices' hand-over "
                         "waits between blocks that a cluster holds resident")
     # a block's share of a B slab is whole 8-row swizzle atoms
     return Change(plan.but(cluster=True), ("TILE_K_SIZE % (8 * CLUSTER_M) == 0",))
+
+
+def ping_pong(plan: Plan, device: DeviceProfile) -> Change:
+    """Two groups of MMA warpgroups take a persistent block's output tiles in turn: one
+    group's MMAs run while the other stores its tile."""
+    if not plan.persistent:
+        raise InvalidPoint("ping-pong needs the persistent blocks of persistent")
+    _once(plan.pingpong, "ping-pong: two groups already take the output tiles in turn")
+    _once(plan.cluster, "ping-pong cannot follow cluster-multicast: a cluster's blocks walk "
+                        "their tiles in step")
+    child = plan.but(pingpong=True)
+    # twice the MMA warpgroups: each must still hold its accumulators, and the producer's
+    # budget is a share of fewer registers a thread
+    ties = (_threads_limit(child, device), _wgmma_registers(child, device))
+    return Change(child, (*ties, _producer_regs_fit(child)) if plan.budget else ties)
 
 
 def tma_store(plan: Plan, device: DeviceProfile) -> Change:
@@ -484,6 +505,7 @@ RULES: Mapping[str, Rule] = {
     "register-budget": register_budget,
     "cluster-multicast": cluster_multicast,
     "tma-store": tma_store,
+    "ping-pong": ping_pong,
     "mfma": mfma,
     "cooperative-matrix": cooperative_matrix,
     "wave-broadcast": wave_broadcast,
