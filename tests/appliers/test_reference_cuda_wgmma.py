@@ -662,3 +662,95 @@ def test_tma_store_kernels_build_for_sm_90a_within_shared_memory(
     """128 x 256 tiles in 4 stages and their slabs still fit the 227 KiB of a block."""
     resources = _built(STORED[kernel], point, cuda_catalog, cuda_seed, h200, tmp_path)
     assert resources["registers"] > 0 and resources["stack_bytes"] == 0
+
+
+# ------------------------------------------------------------------ ping-pong
+
+PING_PONG = {"ping-pong": (*PERSISTENT["persistent"], "ping-pong"),
+             "budget tma store ping-pong": (*SPECIALISED, "tma", "register-budget",
+                                            "tma-store", "persistent", "ping-pong")}
+_GROUP_LOOP = ("for (int tile = blockIdx.x + grp * gridDim.x, n = 0; tile < tiles_m * tiles_n; "
+               "tile += 2 * gridDim.x, it += tiles, ++n)")
+
+
+def test_ping_pong_groups_take_the_output_tiles_in_turn(cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, PING_PONG["budget tma store ping-pong"], cuda_catalog, h200)
+    head, kernel = context.source.split('extern "C"')
+    assert "#define PT_MMA_WGS (2 * PT_CONSUMERS)" in head
+    assert "#define PT_THREADS (128 * (PT_MMA_WGS + 1))" in head
+    assert "#define PT_C_SLABS (PT_MMA_WGS * 2 * 64 * 64)" in head  # slabs per warpgroup
+    assert "/ PT_MMA_WGS / 8 * 8)" in head  # the budget shares among all MMA warpgroups
+    # a warpgroup's place in its group sets its tile; the producer comes after both groups
+    assert "const int grp = wg / PT_CONSUMERS, wc = wg % PT_CONSUMERS;" in kernel
+    assert "wm = wc / PT_WG_COLS * 64, wn = wc % PT_WG_COLS * WGMMA_N;" in kernel
+    producer, consumers = kernel.split("if (wg == PT_MMA_WGS) {")[1].split(
+        "pt_regs_inc<PT_MMA_REGS>();")
+    assert producer.count(_TILE_LOOP) == 2  # TMA and cp.async: every tile, in order
+    assert _GROUP_LOOP not in producer
+    # the groups: own tiles, `it` starting at the group's first and skipping the other's
+    assert consumers.index("it = grp * tiles;") < consumers.index(_GROUP_LOOP)
+    body = consumers.split(_GROUP_LOOP)[1]
+    wait = "if (grp > 0 || n > 0) pt_bar_wait(&pt_order[grp], (n - 1 + grp) & 1);"
+    arrive = "if (wl % 32 == 0) pt_bar_arrive(&pt_order[grp ^ 1]);"
+    # the order: wait for the other group's turn, wait on the stages, hand the turn over
+    # once this tile's MMAs are issued, then store while the other group computes
+    assert (body.index("acc[i] = 0.f;") < body.index(wait)
+            < body.index("pt_bar_wait(&pt_full[it % PT_STAGES], (it / PT_STAGES) & 1);")
+            < body.index(arrive) < body.index("pt_wg_wait<0>();")
+            < body.index("pt_tma_store(slab"))
+    # every stage is read by one group: its releases are one group's warps
+    assert "pt_bar_init(&pt_empty[s], 4 * PT_CONSUMERS);" in kernel
+    assert "pt_bar_init(&pt_order[1], 4 * PT_CONSUMERS);" in kernel
+    assert "PT_SMEM_ELEMS * sizeof(DTYPE) + 1024 + 16 * PT_STAGES + 16) __trap();" in kernel
+
+
+def test_ping_pong_launches_twice_the_mma_warpgroups(cuda_catalog, cuda_seed, h200):
+    point = {**POINT, "BLOCK_M": 64, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4,
+             "PRODUCER_REGS": 72}
+    names = {**point, "M": 4096, "N": 4096, "K": 4096, "SMS": 132}
+    stored = build(cuda_seed, STORED["tma store"] + ("register-budget", "persistent"),
+                   cuda_catalog, h200)
+    context = build(cuda_seed, PING_PONG["budget tma store ping-pong"], cuda_catalog, h200)
+    before, after = evaluate_launch(stored.launch, names), evaluate_launch(context.launch, names)
+    assert before.block == (128 * 2, 1, 1) and after.block == (128 * 3, 1, 1)
+    assert after.grid == before.grid == (132, 1, 1)
+    # the order barriers and the second group's slabs
+    assert after.shared_bytes == before.shared_bytes + 16 + 16384
+    ties = [c for c in context.constraints]
+    assert not all(evaluate_bool(c, {**point, "BLOCK_M": 128}) for c in ties)  # 640 threads
+    assert all(evaluate_bool(c, point) for c in ties)
+    assert not all(evaluate_bool(c, {**point, "PRODUCER_REGS": 200}) for c in ties)
+
+
+def test_ping_pong_needs_persistent_and_excludes_clusters(cuda_catalog, cuda_seed, h200):
+    with pytest.raises(InvalidPoint, match="persistent"):
+        build(cuda_seed, (*SPECIALISED, "ping-pong"), cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="cluster"):
+        build(cuda_seed, (*SPECIALISED, "tma", "persistent", "cluster-multicast", "ping-pong"),
+              cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="cluster"):
+        build(cuda_seed, (*SPECIALISED, "tma", "persistent", "ping-pong", "cluster-multicast"),
+              cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="ping-pong applied twice"):
+        build(cuda_seed, (*PING_PONG["ping-pong"], "ping-pong"), cuda_catalog, h200)
+    # the other Hopper steps compose after it as before it
+    late = build(cuda_seed, (*SPECIALISED, "persistent", "ping-pong", "tma", "register-budget",
+                             "tma-store"), cuda_catalog, h200)
+    early = build(cuda_seed, PING_PONG["budget tma store ping-pong"], cuda_catalog, h200)
+    assert late.source == early.source
+    plan = Plan(shared=True, mma=True, stages=True, vector_a=True, vector_b=True, wgmma=True,
+                producer=True, persistent=True, pingpong=True)
+    assert load_plan(dump_plan(plan)) == plan
+    assert '"pingpong"' not in dump_plan(plan.but(pingpong=False))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kernel", list(PING_PONG))
+@pytest.mark.parametrize("point", [
+    {**POINT, "BLOCK_M": 64, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4},
+    {**POINT, "BLOCK_M": 64, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6}], ids=_shape)
+def test_ping_pong_kernels_build_for_sm_90a_without_local_memory(
+    kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    resources = _built(PING_PONG[kernel], point, cuda_catalog, cuda_seed, h200, tmp_path)
+    assert resources["registers"] > 0 and resources["stack_bytes"] == 0
