@@ -10,6 +10,7 @@ the build tests skip with the reason. Correctness on a GPU: benchmarks/cuda_refe
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 from collections.abc import Mapping
@@ -82,16 +83,24 @@ def tuning_point(context: KernelContext, end: int, device: DeviceProfile) -> dic
     a time toward the other end until every constraint and launch limit holds."""
     shared_kib = float(device.facts["shared_memory_per_block_kib"])
     values = {p.name: p.values[end] for p in context.params}
+    orders = {p.name: list(p.values) if end == 0 else list(reversed(p.values))
+              for p in context.params}
     for _ in range(4):
         if _violations(context, values, shared_kib) == 0:
             return values
         for p in reversed(context.params):
-            order = list(p.values) if end == 0 else list(reversed(p.values))
-            best = min(order, key=lambda v: _violations(context, {**values, p.name: v},
-                                                        shared_kib))
+            best = min(orders[p.name], key=lambda v: _violations(
+                context, {**values, p.name: v}, shared_kib))
             values[p.name] = best
-    assert _violations(context, values, shared_kib) == 0, f"no legal point near {values}"
-    return values
+    if _violations(context, values, shared_kib) == 0:
+        return values
+    # where two parameters must move together (ping-pong: BLOCK_N with WGMMA_N), the
+    # first legal point in the order of the values from this end
+    for combination in itertools.product(*orders.values()):
+        point = dict(zip(orders, combination, strict=True))
+        if _violations(context, point, shared_kib) == 0:
+            return point
+    raise AssertionError(f"no legal point near {values}")
 
 
 def dtypes_of(context: KernelContext) -> tuple[str, ...]:
