@@ -47,6 +47,8 @@ WGMMA = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "
 # warp-specialize: a producer warpgroup copies, mbarriers instead of __syncthreads
 SPECIALISED = (*WGMMA[:-1], "warp-specialize", "block-swizzle")
 PINGPONG = (*SPECIALISED, "tma", "register-budget", "tma-store", "persistent", "ping-pong")
+CLUSTER_PINGPONG = (*SPECIALISED, "tma", "register-budget", "cluster-multicast", "tma-store",
+                    "persistent", "ping-pong")
 # timed side by side at every point, by the prefix of their rows' names
 KERNELS = {"": WGMMA, "ws ": SPECIALISED, "hoisted ": (*WGMMA, "address-hoisting"),
            "ws hoisted ": (*SPECIALISED, "address-hoisting"), "tma ": (*WGMMA, "tma"),
@@ -76,17 +78,23 @@ KERNELS = {"": WGMMA, "ws ": SPECIALISED, "hoisted ": (*WGMMA, "address-hoisting
            "budget tma store persistent pingpong ": PINGPONG,
            "budget tma store persistent pingpong128 ": PINGPONG,
            "budget tma persistent pingpong ": (*SPECIALISED, "tma", "register-budget",
-                                               "persistent", "ping-pong")}
+                                               "persistent", "ping-pong"),
+           # ... and with clusters of 2 (4: cluster4) sharing each B tile
+           "budget cluster tma store persistent pingpong ": CLUSTER_PINGPONG,
+           "budget cluster4 tma store persistent pingpong ": CLUSTER_PINGPONG}
 # a kernel's own values over BASE and the point's
 KERNEL_VALUES = {"budget cluster4 tma persistent ": {"CLUSTER_M": 4},
                  "budget tma store persistent pingpong ": {"BLOCK_M": 64},
                  "budget tma store persistent pingpong128 ": {"BLOCK_M": 128, "BLOCK_N": 128,
                                                               "WGMMA_N": 128},
-                 "budget tma persistent pingpong ": {"BLOCK_M": 64}}
+                 "budget tma persistent pingpong ": {"BLOCK_M": 64},
+                 "budget cluster tma store persistent pingpong ": {"BLOCK_M": 64},
+                 "budget cluster4 tma store persistent pingpong ": {"BLOCK_M": 64,
+                                                                    "CLUSTER_M": 4}}
 # also timed at --odd (TMA cannot map it: the cp.async copies and plain stores), where a
 # block's tiles are many and the two groups' turns are checked by the timed run's
 # projection
-AT_ODD = ("budget tma store persistent pingpong ", "budget tma store persistent pingpong128 ")
+AT_ODD = ("budget tma store persistent pingpong ", "budget cluster tma store persistent pingpong ")
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
         "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1, "PRODUCER_REGS": 72,
         "CLUSTER_M": 2}
@@ -152,6 +160,8 @@ VALIDATE_ONLY = (  # (label, sequence, overrides): odd sizes only
     ("ping-pong tma store 128x128", PINGPONG, {"BLOCK_N": 128, "WGMMA_N": 128}),
     ("ping-pong tma store 64x64", PINGPONG, {"BLOCK_M": 64, "BLOCK_N": 64, "WGMMA_N": 64,
                                              "NUM_STAGES": 3}),
+    ("ping-pong cluster 4 tma store 64x256", CLUSTER_PINGPONG, {"BLOCK_M": 64,
+                                                                "CLUSTER_M": 4}),
 )
 
 

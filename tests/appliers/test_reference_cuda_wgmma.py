@@ -722,15 +722,18 @@ def test_ping_pong_launches_twice_the_mma_warpgroups(cuda_catalog, cuda_seed, h2
     assert not all(evaluate_bool(c, {**point, "PRODUCER_REGS": 200}) for c in ties)
 
 
-def test_ping_pong_needs_persistent_and_excludes_clusters(cuda_catalog, cuda_seed, h200):
+def test_ping_pong_needs_persistent_and_composes_with_clusters(cuda_catalog, cuda_seed,
+                                                              h200):
     with pytest.raises(InvalidPoint, match="persistent"):
         build(cuda_seed, (*SPECIALISED, "ping-pong"), cuda_catalog, h200)
-    with pytest.raises(InvalidPoint, match="cluster"):
-        build(cuda_seed, (*SPECIALISED, "tma", "persistent", "cluster-multicast", "ping-pong"),
-              cuda_catalog, h200)
-    with pytest.raises(InvalidPoint, match="cluster"):
-        build(cuda_seed, (*SPECIALISED, "tma", "persistent", "ping-pong", "cluster-multicast"),
-              cuda_catalog, h200)
+    # with clusters, the groups take the cluster's tiles in turn
+    clustered = build(cuda_seed, (*SPECIALISED, "tma", "persistent", "cluster-multicast",
+                                  "ping-pong"), cuda_catalog, h200).source
+    assert ("for (int tile = blockIdx.x / CLUSTER_M + grp * (gridDim.x / CLUSTER_M), n = 0; "
+            "tile < cluster_rows * tiles_n; tile += 2 * (gridDim.x / CLUSTER_M), it += tiles, "
+            "++n)") in clustered
+    assert ("for (int tile = blockIdx.x / CLUSTER_M; tile < cluster_rows * tiles_n; "
+            "tile += gridDim.x / CLUSTER_M)") in clustered  # the producer: every one
     with pytest.raises(InvalidPoint, match="ping-pong applied twice"):
         build(cuda_seed, (*PING_PONG["ping-pong"], "ping-pong"), cuda_catalog, h200)
     # the other Hopper steps compose after it as before it

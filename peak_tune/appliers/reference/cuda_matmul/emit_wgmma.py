@@ -341,18 +341,19 @@ def _output_tiles(writer: CodeWriter, plan: Plan, position: Position,
     if not plan.persistent:
         yield
         return
+    # the blocks of a cluster walk their cluster's tiles together
+    first, walkers, tiles = (("blockIdx.x / CLUSTER_M", "(gridDim.x / CLUSTER_M)",
+                              "cluster_rows * tiles_n") if plan.cluster
+                             else ("blockIdx.x", "gridDim.x", "tiles_m * tiles_n"))
     if group and plan.pingpong:
         writer.lines(
             "// ping-pong: group grp computes the block's output tiles grp, grp + 2, ...; the",
             "// K tiles of the other group's tiles lie between its own in `it`",
             "it = grp * tiles;")
-        loop = ("for (int tile = blockIdx.x + grp * gridDim.x, n = 0; tile < tiles_m * tiles_n; "
-                "tile += 2 * gridDim.x, it += tiles, ++n)")
-    elif plan.cluster:  # the blocks of a cluster walk their cluster's tiles together
-        loop = ("for (int tile = blockIdx.x / CLUSTER_M; tile < cluster_rows * tiles_n; "
-                "tile += gridDim.x / CLUSTER_M)")
+        loop = (f"for (int tile = {first} + grp * {walkers}, n = 0; tile < {tiles}; "
+                f"tile += 2 * {walkers}, it += tiles, ++n)")
     else:
-        loop = "for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x)"
+        loop = f"for (int tile = {first}; tile < {tiles}; tile += {walkers.strip('()')})"
     with writer.block(loop):
         position()
         yield

@@ -210,7 +210,6 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("budget", "launch_bounds"),  # its budgets are for one block per SM
     ("cluster", "split_k"),  # the slices' hand-over spins between blocks a cluster holds
     ("tma_store", "split_k"),  # later slices add to C, which a TMA store cannot
-    ("pingpong", "cluster"),  # a cluster's blocks walk their tiles in step, not in turn
     ("mfma", "thread_tile"),
     ("mfma", "warp_tile"),
     ("coopmat", "thread_tile"),

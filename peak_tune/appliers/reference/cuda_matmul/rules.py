@@ -319,8 +319,6 @@ def cluster_multicast(plan: Plan, device: DeviceProfile) -> Change:
         raise InvalidPoint("cluster-multicast needs the TMA producer of warp-specialize and "
                            "tma")
     _once(plan.cluster, "cluster-multicast: the blocks already share their B tiles")
-    _once(plan.pingpong, "cluster-multicast cannot follow ping-pong: a cluster's blocks "
-                         "walk their tiles in step")
     _once(plan.split_k, "cluster-multicast cannot follow split-k: the slices' hand-over "
                         "waits between blocks that a cluster holds resident")
     # a block's share of a B slab is whole 8-row swizzle atoms
@@ -333,8 +331,6 @@ def ping_pong(plan: Plan, device: DeviceProfile) -> Change:
     if not plan.persistent:
         raise InvalidPoint("ping-pong needs the persistent blocks of persistent")
     _once(plan.pingpong, "ping-pong: two groups already take the output tiles in turn")
-    _once(plan.cluster, "ping-pong cannot follow cluster-multicast: a cluster's blocks walk "
-                        "their tiles in step")
     child = plan.but(pingpong=True)
     # twice the MMA warpgroups: each must still hold its accumulators, and the producer's
     # budget is a share of fewer registers a thread
