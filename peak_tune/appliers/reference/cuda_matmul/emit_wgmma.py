@@ -25,6 +25,13 @@ the K tiles of all of them, which go through the stages in turn (K tile `it` in 
 it % PT_STAGES, phase it / PT_STAGES of its barriers), so the producer fills the next
 output tile's stages while the MMA warpgroups store this one.
 
+With ping-pong (plan.pingpong, after persistent) the MMA warpgroups form two groups
+that take the block's output tiles in turn; an order mbarrier per group (after the
+stages' barriers) lets a group wait on its stages only once the other has issued its
+tile's MMAs, since a parity wait names a phase only within one round of the stages. On an
+H100 it validated but ran 0.84x against the one-group kernel's 0.97x
+(2026-12-06-h100-ping-pong-triton-bf16.json).
+
 With address-hoisting (plan.hoisted) a tile wholly inside its matrix is copied from each
 thread's first chunk of it, one add per further chunk (pt_wg_copy_inside), instead of
 the checked copy's index arithmetic per chunk; edge tiles keep the checked copy.
