@@ -3,13 +3,15 @@
 Builds the reference applier's wgmma sequence, with warp-specialize, and each of the two
 with address-hoisting or tma, and the persistent and cluster kernels (`--kernels`; a
 persistent one has one block per SM walking the output tiles, a cluster one shares its B
-tiles between the blocks of a cluster), at the same hand-picked tuning points
-(`--points N`: the first N),
+tiles between the blocks of a cluster, a ping-pong one has two groups of MMA warpgroups
+taking the output tiles in turn), at the same hand-picked tuning points
+(`--points N`: the first N; the ping-pong kernels' base points also at --odd),
 then compiles, validates (the spec's check sizes and the small odd ones of
 cuda_reference_check: 1x1x1, 31x17x5, 130x129x2) and times each through the CUDA backend
 at --size, fp16 in and out with fp32 accumulation; cuBLAS is timed by the same worker.
 The best point is timed again at the odd size --odd. A few variants (split-k,
-launch-bounds, misaligned K) are validated only. Prints a table last and writes JSON to
+launch-bounds, misaligned K) are validated only (`--validate A,B`: those whose labels
+contain A or B). Prints a table last and writes JSON to
 $OUT (or ./results).
 
     python3 benchmarks/wgmma_check.py [--size 4096] [--odd 4093] [--repeats 20]
