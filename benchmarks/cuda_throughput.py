@@ -1,11 +1,12 @@
-"""Evaluations per second of the CUDA backend for one good fp32 matmul variant.
+"""Evaluations per second of the CUDA backend for one good fp32 (or fp16) matmul variant.
 
-The paper-like fp32 sequence (reference applier, hand-picked values, a few block-swizzle
-group sizes as the "fresh" tuning points, compiled up front) is evaluated again and
-again at --size through the backend's worker: validation at the spec's check sizes and
-twice at the size, warm-up and timed runs, the output checked after timing, as in a
-search. The first evaluation (inputs and float64 references made for the first time) is
-reported apart; the rest give evaluations per second and the worker's time per phase.
+The paper-like fp32 sequence (`--dtype float16`: the Hopper wgmma + tma-store one;
+reference applier, hand-picked values, a few block-swizzle group sizes as the "fresh"
+tuning points, compiled up front) is evaluated again and again at --size through the
+backend's worker: validation at the spec's check sizes and twice at the size, warm-up and
+timed runs, the output checked after timing, as in a search. The first evaluation
+(inputs and float64 references made for the first time) is reported apart; the rest
+give evaluations per second and the worker's time per phase.
 Prints a short table last and writes JSON to $OUT (or ./results).
 
     python3 benchmarks/cuda_throughput.py [--size 4096] [--evaluations 20] [--label after]
@@ -45,6 +46,12 @@ PAPER_FP32 = ("refactor", "tb-tiling", "thread-tiling", "thread-cache", "warp-ti
               "transpose", "offset", "vector-loads", "pipelining", "block-swizzle")
 SIMT = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 16, "TRD_Y_DIM": 8, "TRD_X_DIM": 8,
         "WARP_X_DIM": 4, "OFFSET_AMOUNT": 4, "NUM_STAGES": 3, "SWIZZLE_GROUP": 8}
+# --dtype float16: the best fp16 kernels' sequence on Hopper (wgmma, tma, tma-store)
+HOPPER_FP16 = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "wgmma",
+               "warp-specialize", "block-swizzle", "tma", "register-budget", "tma-store",
+               "persistent")
+WGMMA = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
+         "SWIZZLE_GROUP": 8, "PRODUCER_REGS": 40}
 SWIZZLE_GROUPS = (8, 4, 2, 16)  # the tuning points cycled through
 
 
@@ -71,12 +78,15 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--evaluations", type=int, default=20)
     parser.add_argument("--label", default="after")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16"),
+                        help="float16: the Hopper wgmma kernel instead of the SIMT one")
     args = parser.parse_args()
+    sequence, table = (PAPER_FP32, SIMT) if args.dtype == "float32" else (HOPPER_FP16, WGMMA)
     device = this_gpu_profile()
     spec = load_spec(ROOT / "seeds" / "matmul")
     catalog = load_transformations([ROOT / "transforms"])
     context = seed_context(spec, "cuda")
-    for tid in PAPER_FP32:
+    for tid in sequence:
         context = apply_transformation(context, catalog[tid], device)
     size = ProblemSize.of({"M": args.size, "N": args.size, "K": args.size})
     config = EvalConfig(timeout_s=120.0)  # the search's defaults: 1 warm-up, 7 repeats
@@ -90,9 +100,9 @@ def main() -> int:
         started = time.perf_counter()
         points = []
         for group in SWIZZLE_GROUPS:
-            params = {p.name: {**SIMT, "SWIZZLE_GROUP": group}[p.name] for p in context.params}
-            artifact = backend.compile(context, params, "float32", str(build))
-            points.append((artifact, EvalRequest(spec, context, params, "float32", size,
+            params = {p.name: {**table, "SWIZZLE_GROUP": group}[p.name] for p in context.params}
+            artifact = backend.compile(context, params, args.dtype, str(build))
+            points.append((artifact, EvalRequest(spec, context, params, args.dtype, size,
                                                  spec.check_sizes, config)))
         result["compile_s"] = time.perf_counter() - started
         started = time.perf_counter()
@@ -110,10 +120,11 @@ def main() -> int:
     result["median_phases_ms"] = phases
     out = Path(os.environ.get("OUT", ROOT / "results"))
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"cuda_throughput-{args.label}.json").write_text(json.dumps(result, indent=1))
+    (out / f"cuda_throughput-{args.dtype}-{args.label}.json").write_text(
+        json.dumps(result, indent=1))
     kernel = statistics.median(r["median_ms"] for r in runs)
-    print(f"{args.label}: {result['fingerprint']['device']}, n = {args.size}, fp32, "
-          f"kernel {kernel:.2f} ms; first evaluation {result['first_s']:.1f} s; "
+    print(f"{args.label}: {result['fingerprint']['device']}, n = {args.size}, "
+          f"{args.dtype}, kernel {kernel:.2f} ms; first evaluation {result['first_s']:.1f} s; "
           f"{result['evaluations_per_s']:.2f} evaluations/s over {args.evaluations} "
           f"({1e3 / result['evaluations_per_s']:.0f} ms each); worker phases (median ms): "
           + (", ".join(f"{k} {v:.1f}" for k, v in phases.items()) or "not reported"))
