@@ -117,7 +117,8 @@ STAGED_ABLATIONS = {
                  _B_NEXT: "rb[i] = uint4(k0, idx, 0x3c003c00u, 0u);"},
 }
 # (WAVES_M, WAVES_N, TILES_M, TILES_N, BK) of the staged shader
-STAGED_SHAPES = ((2, 2, 4, 4, 16), (2, 2, 4, 4, 32), (2, 4, 4, 2, 16), (2, 4, 4, 4, 16))
+STAGED_SHAPES = ((2, 2, 4, 4, 16), (2, 2, 4, 4, 32), (2, 4, 4, 2, 16), (2, 4, 4, 4, 16),
+                 (2, 4, 4, 2, 32), (4, 2, 2, 4, 32), (4, 4, 2, 2, 32), (2, 4, 2, 4, 32))
 
 
 def cublas_hgemm_tflops(n: int = 4096) -> float:
@@ -196,6 +197,9 @@ def main() -> int:
     parser.add_argument("--staged-only", action="store_true",
                         help="only the staged matmul rows (e.g. again without robust access: "
                              "PEAK_TUNE_VULKAN_UNBOUNDED=1)")
+    parser.add_argument("--shapes", default="",
+                        help="only these staged shapes, e.g. '2x4x4x2x32' (WAVES_M x WAVES_N x "
+                             "TILES_M x TILES_N x BK), comma-separated")
     parser.add_argument("--out", default="coopmat_probe.json")
     args = parser.parse_args()
     result: dict[str, Any] = {"benchmark": "coopmat_probe", "date": time.strftime("%Y-%m-%d"),
@@ -231,7 +235,9 @@ def main() -> int:
                 print(f"{label:42s} {row['tflops']:7.1f} TFLOP/s"
                       + (f"  {row['of_cublas']:.3f}x cuBLAS" if vendor else ""), flush=True)
                 Path(args.out).write_text(json.dumps(result, indent=1))
-        for shape in STAGED_SHAPES:
+        chosen = [s for s in STAGED_SHAPES
+                  if not args.shapes or "x".join(map(str, s)) in args.shapes.split(",")]
+        for shape in chosen:
             for how, edits in STAGED_ABLATIONS.items():
                 label = f"staged matmul {how}, {shape[0]}x{shape[1]} subgroups of " \
                         f"{shape[2]}x{shape[3]}, k {shape[4]}"
