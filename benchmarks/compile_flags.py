@@ -40,7 +40,7 @@ TMA_STORE = (("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelinin
               "persistent"),
              {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4,
               "WGMMA_N": 256, "SWIZZLE_GROUP": 8, "PRODUCER_REGS": 40})
-DEFAULT_FLAGS = "-std=c++17 -lineinfo;-std=c++17;-std=c++17 -Ofc=min;-std=c++17 -Ofc=mid"
+DEFAULT_FLAGS = "-std=c++17 --ptxas-options=-v;-std=c++17 -lineinfo --ptxas-options=-v"
 
 
 def best_points(path: Path, top: int) -> list[dict[str, Any]]:
