@@ -10,7 +10,10 @@ nothing is folded):
 - `mma`: the A and B fragments loaded once, only coopMatMulAdd in the loop;
 - `mma + loads`: the fragments loaded from groupshared memory every step, as a staged
   matmul does (rows padded by 16 bytes, two K offsets in turn);
-- `mma + loads + barrier`: and a group barrier every second step (one per K tile of 32).
+- `mma + loads + barrier`: and a group barrier every second step (one per K tile of 32),
+  `... every step`: every step (one per K tile of 16);
+- `mma + loads + stores + barrier every step`: and 4 uint4 a thread stored into
+  groupshared memory every step, as the staged matmul stores its next tiles.
 No memory traffic beyond that: the sums are stored once at the end. Then the staged hand
 shader (tests/fixtures/hlsl/coopmat_fp16_staged.slang), a whole 4096 matmul, as written
 and with its copies from the buffers taken apart: `fixed` reads the same first K tile at
@@ -56,6 +59,7 @@ struct Params { uint iters; };
 [[vk::push_constant]] ConstantBuffer<Params> params;
 [[vk::binding(0)]] RWStructuredBuffer<float> C;
 groupshared uint4 sh[SH4];
+groupshared uint4 stored[4 * THREADS];
 
 [numthreads(THREADS, 1, 1)]
 void main(uint3 group : SV_GroupID, uint3 thread : SV_GroupThreadID) {
@@ -86,12 +90,22 @@ void main(uint3 group : SV_GroupID, uint3 thread : SV_GroupThreadID) {
         [unroll] for (int i = 0; i < TILES_M; i++)
             [unroll] for (int j = 0; j < TILES_N; j++)
                 acc[i][j] = coopMatMulAdd<float, false>(a[i], b[j], acc[i][j]);
-#if BARRIER
+#if STORES  /* 4 uint4 a thread into groupshared memory, as a staged K step of 16 stores */
+        [unroll] for (uint q = 0; q < 4; q++)
+            stored[tid + q * THREADS] = uint4(it, tid, q, it ^ tid);
+#endif
+#if BARRIER == 1
         if ((it & 1u) == 1u)
             GroupMemoryBarrierWithGroupSync();
+#elif BARRIER == 2
+        GroupMemoryBarrierWithGroupSync();
 #endif
     }
     const uint base = (group.x * WAVES + wave) * TILES_M * TILES_N * 256;
+#if STORES  /* read back, so that the stores are not dropped */
+    GroupMemoryBarrierWithGroupSync();
+    C[base + 255 - (tid % 32)] = (float)stored[(tid * 5) % (4 * THREADS)].w;
+#endif
     [unroll] for (int i = 0; i < TILES_M; i++)
         [unroll] for (int j = 0; j < TILES_N; j++)
             acc[i][j].Store<CoopMatMatrixLayout::RowMajor>(C, base + (i * TILES_N + j) * 256,
@@ -101,8 +115,11 @@ void main(uint3 group : SV_GroupID, uint3 thread : SV_GroupThreadID) {
 # (WAVES, TILES_M, TILES_N): the staged matmul's subgroup shapes and thread groups
 SHAPES = ((4, 4, 4), (8, 4, 4), (4, 2, 4), (8, 2, 4), (4, 4, 2), (4, 2, 2), (8, 2, 2),
           (2, 4, 4))
-KINDS = {"mma": {"LOADS": 0, "BARRIER": 0}, "mma + loads": {"LOADS": 1, "BARRIER": 0},
-         "mma + loads + barrier": {"LOADS": 1, "BARRIER": 1}}
+KINDS = {"mma": {"LOADS": 0, "BARRIER": 0, "STORES": 0},
+         "mma + loads": {"LOADS": 1, "BARRIER": 0, "STORES": 0},
+         "mma + loads + barrier": {"LOADS": 1, "BARRIER": 1, "STORES": 0},
+         "mma + loads + barrier every step": {"LOADS": 1, "BARRIER": 2, "STORES": 0},
+         "mma + loads + stores + barrier every step": {"LOADS": 1, "BARRIER": 2, "STORES": 1}}
 ITERS = 4096
 REPEATS = 7
 STAGED = (ROOT / "tests" / "fixtures" / "hlsl" / "coopmat_fp16_staged.slang").read_text()
@@ -200,6 +217,8 @@ def main() -> int:
     parser.add_argument("--shapes", default="",
                         help="only these staged shapes, e.g. '2x4x4x2x32' (WAVES_M x WAVES_N x "
                              "TILES_M x TILES_N x BK), comma-separated")
+    parser.add_argument("--kinds", default="",
+                        help="only the probes whose label is one of these (comma-separated)")
     parser.add_argument("--out", default="coopmat_probe.json")
     args = parser.parse_args()
     result: dict[str, Any] = {"benchmark": "coopmat_probe", "date": time.strftime("%Y-%m-%d"),
@@ -221,6 +240,8 @@ def main() -> int:
         print(f"cuBLAS HGEMM 4096: {vendor:.1f} TFLOP/s", flush=True)
         for waves, tiles_m, tiles_n in () if args.staged_only else SHAPES:
             for kind, defines in KINDS.items():
+                if args.kinds and kind not in args.kinds.split(","):
+                    continue
                 label = f"{kind}, {waves} subgroups of {tiles_m}x{tiles_n}"
                 try:
                     row = probe(device, Path(folder), waves, tiles_m, tiles_n, defines,
