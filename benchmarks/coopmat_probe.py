@@ -18,7 +18,8 @@ No memory traffic beyond that: the sums are stored once at the end. Then the sta
 shader (tests/fixtures/hlsl/coopmat_fp16_staged.slang), a whole 4096 matmul, as written
 and with its copies from the buffers taken apart: `fixed` reads the same first K tile at
 every step (cache-resident: the buffers' traffic gone, the instructions kept), `no
-loads` stores values made in registers (the groupshared stores and barriers kept). With
+loads` stores values made in registers (the groupshared stores and barriers kept); each
+also with `B per column` (a B fragment loaded just before the MMAs that use it). With
 the driver's register count of each pipeline. Printed in TFLOP/s beside cuBLAS HGEMM at
 4096 timed in the same run (CuPy), with the fraction of it.
 
@@ -133,6 +134,29 @@ STAGED_ABLATIONS = {
     "no loads": {_A_NEXT: "ra[i] = uint4(idx, k0, 0x3c003c00u, 0u);",
                  _B_NEXT: "rb[i] = uint4(k0, idx, 0x3c003c00u, 0u);"},
 }
+# each B fragment loaded just before the column of MMAs that uses it (fewer registers
+# live: a third thread group per SM needs at most 170 at 128 threads)
+_B_ALL = """            TileB b[TILES_N];
+            [unroll] for (int i = 0; i < TILES_M; i++)
+                a[i] = TileA.Load<CoopMatMatrixLayout::RowMajor>(
+                    sh, as + (wr + 16 * i) * LDA4 + kk / 8, LDA4);
+            [unroll] for (int j = 0; j < TILES_N; j++)
+                b[j] = TileB.Load<CoopMatMatrixLayout::RowMajor>(
+                    sh, bs + kk * LDB4 + (wc + 16 * j) / 8, LDB4);
+            [unroll] for (int i = 0; i < TILES_M; i++)
+                [unroll] for (int j = 0; j < TILES_N; j++)
+                    acc[i][j] = coopMatMulAdd<float, false>(a[i], b[j], acc[i][j]);"""
+_B_PER_COLUMN = """            [unroll] for (int i = 0; i < TILES_M; i++)
+                a[i] = TileA.Load<CoopMatMatrixLayout::RowMajor>(
+                    sh, as + (wr + 16 * i) * LDA4 + kk / 8, LDA4);
+            [unroll] for (int j = 0; j < TILES_N; j++) {
+                const TileB bj = TileB.Load<CoopMatMatrixLayout::RowMajor>(
+                    sh, bs + kk * LDB4 + (wc + 16 * j) / 8, LDB4);
+                [unroll] for (int i = 0; i < TILES_M; i++)
+                    acc[i][j] = coopMatMulAdd<float, false>(a[i], bj, acc[i][j]);
+            }"""
+STAGED_ABLATIONS.update({f"{how}, B per column": {**edits, _B_ALL: _B_PER_COLUMN}
+                         for how, edits in list(STAGED_ABLATIONS.items())})
 # (WAVES_M, WAVES_N, TILES_M, TILES_N, BK) of the staged shader
 STAGED_SHAPES = ((2, 2, 4, 4, 16), (2, 2, 4, 4, 32), (2, 4, 4, 2, 16), (2, 4, 4, 4, 16),
                  (2, 4, 4, 2, 32), (4, 2, 2, 4, 32), (4, 4, 2, 2, 32), (2, 4, 2, 4, 32))
@@ -217,6 +241,8 @@ def main() -> int:
     parser.add_argument("--shapes", default="",
                         help="only these staged shapes, e.g. '2x4x4x2x32' (WAVES_M x WAVES_N x "
                              "TILES_M x TILES_N x BK), comma-separated")
+    parser.add_argument("--ablations", default="",
+                        help="only these staged rows, e.g. 'as written;no loads' (';' between)")
     parser.add_argument("--kinds", default="",
                         help="only the probes whose label is one of these (comma-separated)")
     parser.add_argument("--out", default="coopmat_probe.json")
@@ -260,6 +286,8 @@ def main() -> int:
                   if not args.shapes or "x".join(map(str, s)) in args.shapes.split(",")]
         for shape in chosen:
             for how, edits in STAGED_ABLATIONS.items():
+                if args.ablations and how not in args.ablations.split(";"):
+                    continue
                 label = f"staged matmul {how}, {shape[0]}x{shape[1]} subgroups of " \
                         f"{shape[2]}x{shape[3]}, k {shape[4]}"
                 try:
