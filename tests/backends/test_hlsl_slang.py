@@ -139,3 +139,31 @@ def test_a_struct_the_bindings_lack_chains_and_reads_by_name():
         assert not device.workgroup_matrix
     finally:
         device.close()
+
+
+def test_the_coopmat_probe_builds_each_probe_and_each_staged_ablation(monkeypatch, tmp_path):
+    """benchmarks/coopmat_probe.py edits the staged fixture's text: every edit still finds
+    its text (a fixture rewritten under it would end a device call in errors), and every
+    probe and ablation builds to SPIR-V that declares cooperative matrices."""
+    slang = _slang()
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import coopmat_probe  # benchmarks/ is not a package
+
+    for kind, defines in coopmat_probe.KINDS.items():
+        spirv = tmp_path / "probe.spv"
+        _, resources = compile_spirv(slang, coopmat_probe.PROBE,
+                                     {"WAVES": 4, "TILES_M": 4, "TILES_N": 2, **defines},
+                                     spirv, sixteen_bit=True)
+        assert "CooperativeMatrixKHR" in resources.capabilities, kind
+        assert resources.local_size == (128, 1, 1)
+    built = set()
+    for how, edits in coopmat_probe.STAGED_ABLATIONS.items():
+        source = coopmat_probe.STAGED
+        for old, new in edits.items():
+            assert old in source, f"{how}: the staged shader no longer has {old[:60]!r}"
+            source = source.replace(old, new)
+        spirv = tmp_path / "staged.spv"
+        compile_spirv(slang, source, {"WAVE": 32, "WAVES_M": 2, "WAVES_N": 2, "TILES_M": 4,
+                                      "TILES_N": 4, "BK": 16}, spirv, sixteen_bit=True)
+        built.add(spirv.read_bytes())
+    assert len(built) == len(coopmat_probe.STAGED_ABLATIONS)  # each edit changed the code
