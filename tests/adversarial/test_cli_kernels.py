@@ -1,7 +1,7 @@
 """Cheating kernels, each run through the CLI as a user's own seed, end rejected (or, for
 a cheat a sound harness neutralises, no faster than honest work); correct kernels end
 accepted at a plausible speed; a daemon a kernel starts does not outlive the tuner.
-The whole suite is one `peak-tune batch` (conftest.outcomes): well under two minutes."""
+The whole suite is one `peak-tune batch` (conftest.outcomes): 2-3 minutes on 2 cores."""
 
 from __future__ import annotations
 
