@@ -35,6 +35,8 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -264,45 +266,41 @@ def main() -> int:
             result["cublas_error"] = str(exc)[:300]
             vendor = 0.0
         print(f"cuBLAS HGEMM 4096: {vendor:.1f} TFLOP/s", flush=True)
+
+        def record(label: str, measure: Callable[[], dict[str, Any]]) -> None:
+            """One row: its figures (or its error: one shape's failure is a row), printed
+            with the driver's register count where it has one, and the JSON rewritten."""
+            try:
+                row = {"probe": label, **measure()}
+            except Exception as exc:
+                result["rows"].append({"probe": label, "error": str(exc)[:1000]})
+                print(f"{label}: failed: {str(exc).splitlines()[0]}", flush=True)
+                return
+            row["of_cublas"] = row["tflops"] / vendor if vendor else None
+            result["rows"].append(row)
+            registers = {k: v for k, v in row.get("driver_statistics", {}).items()
+                         if "egister" in k}
+            print(f"{label:60s} {row['tflops']:7.1f} TFLOP/s"
+                  + (f"  {row['of_cublas']:.3f}x cuBLAS" if vendor else "")
+                  + (f"  {registers}" if registers else ""), flush=True)
+            Path(args.out).write_text(json.dumps(result, indent=1))
+
         for waves, tiles_m, tiles_n in () if args.staged_only else SHAPES:
             for kind, defines in KINDS.items():
                 if args.kinds and kind not in args.kinds.split(","):
                     continue
-                label = f"{kind}, {waves} subgroups of {tiles_m}x{tiles_n}"
-                try:
-                    row = probe(device, Path(folder), waves, tiles_m, tiles_n, defines,
-                                args.groups)
-                except Exception as exc:  # one shape's failure is a row
-                    result["rows"].append({"probe": label, "error": str(exc)[:1000]})
-                    print(f"{label}: failed: {str(exc).splitlines()[0]}", flush=True)
-                    continue
-                row = {"probe": label, **row,
-                       "of_cublas": row["tflops"] / vendor if vendor else None}
-                result["rows"].append(row)
-                print(f"{label:42s} {row['tflops']:7.1f} TFLOP/s"
-                      + (f"  {row['of_cublas']:.3f}x cuBLAS" if vendor else ""), flush=True)
-                Path(args.out).write_text(json.dumps(result, indent=1))
+                record(f"{kind}, {waves} subgroups of {tiles_m}x{tiles_n}",
+                       partial(probe, device, Path(folder), waves, tiles_m, tiles_n,
+                               defines, args.groups))
         chosen = [s for s in STAGED_SHAPES
                   if not args.shapes or "x".join(map(str, s)) in args.shapes.split(",")]
         for shape in chosen:
             for how, edits in STAGED_ABLATIONS.items():
                 if args.ablations and how not in args.ablations.split(";"):
                     continue
-                label = f"staged matmul {how}, {shape[0]}x{shape[1]} subgroups of " \
-                        f"{shape[2]}x{shape[3]}, k {shape[4]}"
-                try:
-                    row = staged(device, Path(folder), shape, edits)
-                except Exception as exc:
-                    result["rows"].append({"probe": label, "error": str(exc)[:1000]})
-                    print(f"{label}: failed: {str(exc).splitlines()[0]}", flush=True)
-                    continue
-                row = {"probe": label, **row,
-                       "of_cublas": row["tflops"] / vendor if vendor else None}
-                result["rows"].append(row)
-                registers = {k: v for k, v in row["driver_statistics"].items()
-                             if "egister" in k}
-                print(f"{label:60s} {row['tflops']:7.1f} TFLOP/s {registers}", flush=True)
-                Path(args.out).write_text(json.dumps(result, indent=1))
+                record(f"staged matmul {how}, {shape[0]}x{shape[1]} subgroups of "
+                       f"{shape[2]}x{shape[3]}, k {shape[4]}",
+                       partial(staged, device, Path(folder), shape, edits))
     Path(args.out).write_text(json.dumps(result, indent=1))
     return 0
 
