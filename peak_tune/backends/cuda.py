@@ -63,7 +63,7 @@ HARNESS_VERSION = "cuda-3"  # bump when validation or timing in the worker chang
 # No -lineinfo: nothing here reads source lines back (ncu's summary is by metric), and
 # without it NVRTC built the Hopper kernels in 0.88-0.96x the time at the same speed
 # (benchmarks/compile_flags.py, 2026-12-06 on an H100).
-FLAGS = ("-std=c++17", "--ptxas-options=-v")
+FLAGS: tuple[str, ...] = ("-std=c++17", "--ptxas-options=-v")
 # dtype -> (DTYPE, ACC): fp16 in and out with fp32 accumulation
 _CUDA_TYPES = {"float32": ("float", "float"), "float16": ("__half", "float"),
                "bfloat16": ("__nv_bfloat16", "float"),
