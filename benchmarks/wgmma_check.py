@@ -4,7 +4,9 @@ Builds the reference applier's wgmma sequence, with warp-specialize, and each of
 with address-hoisting or tma, and the persistent and cluster kernels (`--kernels`; a
 persistent one has one block per SM walking the output tiles, a cluster one shares its B
 tiles between the blocks of a cluster, a ping-pong one has two groups of MMA warpgroups
-taking the output tiles in turn), at the same hand-picked tuning points
+taking the output tiles in turn, a stream-k one shares the last partial wave's K tiles
+evenly among the blocks and is also validated at sizes where that wave exists), at the
+same hand-picked tuning points
 (`--points N`: the first N; the ping-pong kernels' base points also at --odd),
 then compiles, validates (the spec's check sizes and the small odd ones of
 cuda_reference_check: 1x1x1, 31x17x5, 130x129x2) and times each through the CUDA backend
@@ -49,6 +51,7 @@ WGMMA = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "
 # warp-specialize: a producer warpgroup copies, mbarriers instead of __syncthreads
 SPECIALISED = (*WGMMA[:-1], "warp-specialize", "block-swizzle")
 PINGPONG = (*SPECIALISED, "tma", "register-budget", "tma-store", "persistent", "ping-pong")
+STREAM_K = (*SPECIALISED, "tma", "register-budget", "tma-store", "persistent", "stream-k")
 CLUSTER_PINGPONG = (*SPECIALISED, "tma", "register-budget", "cluster-multicast", "tma-store",
                     "persistent", "ping-pong")
 # timed side by side at every point, by the prefix of their rows' names
@@ -83,7 +86,9 @@ KERNELS = {"": WGMMA, "ws ": SPECIALISED, "hoisted ": (*WGMMA, "address-hoisting
                                                "persistent", "ping-pong"),
            # ... and with clusters of 2 (4: cluster4) sharing each B tile
            "budget cluster tma store persistent pingpong ": CLUSTER_PINGPONG,
-           "budget cluster4 tma store persistent pingpong ": CLUSTER_PINGPONG}
+           "budget cluster4 tma store persistent pingpong ": CLUSTER_PINGPONG,
+           # stream-k: the last partial wave's K tiles shared out evenly among the blocks
+           "budget tma store persistent streamk ": STREAM_K}
 # a kernel's own values over BASE and the point's
 KERNEL_VALUES = {"budget cluster4 tma persistent ": {"CLUSTER_M": 4},
                  "budget tma store persistent pingpong ": {"BLOCK_M": 64},
@@ -96,7 +101,16 @@ KERNEL_VALUES = {"budget cluster4 tma persistent ": {"CLUSTER_M": 4},
 # also timed at --odd (TMA cannot map it: the cp.async copies and plain stores), where a
 # block's tiles are many and the two groups' turns are checked by the timed run's
 # projection
-AT_ODD = ("budget tma store persistent pingpong ", "budget cluster tma store persistent pingpong ")
+AT_ODD = ("budget tma store persistent pingpong ", "budget cluster tma store persistent pingpong ",
+          "budget tma store persistent streamk ")
+# stream-k kernels are also validated where the output tiles overflow one wave of blocks
+# (at the spec's check sizes they never do): at 128 x 256 on 132 SMs 162 tiles leave 30
+# whose K tiles spread over several blocks each (K = 999: no tensor maps, cp.async and
+# plain stores), 144 tiles of 4 K tiles leave runs of 0 or 1 K tile (empty runs); at
+# 64 x 128, 224 tiles leave 92
+STREAM_K_CHECKS = tuple(ProblemSize.of(dict(zip("MNK", s, strict=True)))
+                        for s in ((2304, 2304, 1000), (2200, 2100, 999), (1100, 4000, 200),
+                                  (1000, 1700, 500)))
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
         "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1, "PRODUCER_REGS": 72,
         "CLUSTER_M": 2}
@@ -164,7 +178,17 @@ VALIDATE_ONLY = (  # (label, sequence, overrides): odd sizes only
                                              "NUM_STAGES": 3}),
     ("ping-pong cluster 4 tma store 64x256", CLUSTER_PINGPONG, {"BLOCK_M": 64,
                                                                 "CLUSTER_M": 4}),
+    ("stream-k", STREAM_K, {}),
+    ("stream-k 64x128 6 stages", STREAM_K, {"BLOCK_M": 64, "BLOCK_N": 128, "WGMMA_N": 128,
+                                            "NUM_STAGES": 6}),
+    ("stream-k cp.async no budget 64x128", (*SPECIALISED, "persistent", "stream-k"),
+     {"BLOCK_M": 64, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 4}),
 )
+
+
+def checks_for(sequence: tuple[str, ...], checks: tuple[ProblemSize, ...]
+               ) -> tuple[ProblemSize, ...]:
+    return checks + STREAM_K_CHECKS if "stream-k" in sequence else checks
 
 
 def main() -> int:
@@ -212,7 +236,7 @@ def main() -> int:
                 continue
             context = build(sequence, device)
             params = values(context, {**BASE, **override})
-            result = runner.run(context, params, "float16", small, checks)
+            result = runner.run(context, params, "float16", small, checks_for(sequence, checks))
             out["validated"].append({"name": label, "sequence": list(sequence),
                                      "params": params, **result})
             print(f"validate {label:30} {result['status']} {result.get('message', '')[:300]}",
@@ -228,7 +252,8 @@ def main() -> int:
                 except ValueError as exc:  # e.g. warp-specialize's threads or stages
                     print(f"skipped {prefix}{override}: {exc}", flush=True)
                     continue
-                result = runner.run(context, params, "float16", sizes["square"], checks)
+                result = runner.run(context, params, "float16", sizes["square"],
+                                    checks_for(context.applied, checks))
                 name = prefix + (", ".join(f"{k}={v}" for k, v in override.items()) or "base")
                 out["timed"].append({"name": name, "kernel": prefix, "params": params,
                                      "size": "square", "sequence": list(context.applied),

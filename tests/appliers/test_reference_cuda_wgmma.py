@@ -757,3 +757,166 @@ def test_ping_pong_kernels_build_for_sm_90a_without_local_memory(
 ):
     resources = _built(PING_PONG[kernel], point, cuda_catalog, cuda_seed, h200, tmp_path)
     assert resources["registers"] > 0 and resources["stack_bytes"] == 0
+
+
+# ------------------------------------------------------------------ stream-k
+
+STREAM_K = {"stream-k": (*PERSISTENT["persistent"], "stream-k"),
+            "budget tma store stream-k": (*SPECIALISED, "tma", "register-budget", "tma-store",
+                                          "persistent", "stream-k")}
+_UNIT_LOOP = ("for (int n = 0, tile, kb, ke; pt_sk_unit(n, tiles_m * tiles_n, tiles, tile, "
+              "kb, ke); ++n)")
+
+
+def test_stream_k_walks_units_and_hands_partial_sums_over(cuda_catalog, cuda_seed, h200):
+    context = build(cuda_seed, STREAM_K["budget tma store stream-k"], cuda_catalog, h200)
+    head, kernel = context.source.split('extern "C"')
+    assert "__device__ float4 pt_sk_sums[PT_SK_SLOTS * (BLOCK_M * BLOCK_N / 4)];" in head
+    assert "ld.acquire.gpu.global.u32" in head and head.count("void pt_wg_sync(") == 1
+    # the TMA issuer, the cp.async producer and the MMA warpgroups walk the same units,
+    # each over the unit's K tiles; no role walks whole tiles any more
+    assert kernel.count(_UNIT_LOOP) == 3 and _TILE_LOOP not in kernel
+    assert kernel.count("for (int t = kb; t < ke; ++t, ++it)") == 3
+    assert "if (gridDim.x > PT_SK_SLOTS) __trap();" in kernel
+    consumers = kernel.split("pt_regs_inc<PT_MMA_REGS>();")[1]
+    assert "if (t > kb && wl % 32 == 0) pt_bar_arrive(&pt_empty[(it - 1) % PT_STAGES]);" \
+        in consumers
+    # after the unit's MMAs: a piece without the tile's first K tile leaves its sums and
+    # stores nothing; the holder of the first K tile adds the rest, then stores C
+    body = consumers.split(_UNIT_LOOP)[1]
+    save = body.index("pt_sk_save(acc, wg, wl);")
+    assert (body.index("pt_wg_wait<0>();") < body.index("if (kb > 0) {") < save
+            < body.index("continue;", save)
+            < body.index("if (ke < tiles) pt_sk_gather(acc, tile, tiles_m * tiles_n, tiles, "
+                         "wg, wl);")
+            < body.index("pt_tma_store(slab"))
+    # the launch stays one block per SM
+    assert context.launch["grid_x"] == "min(ceil_div(M, BLOCK_M) * ceil_div(N, BLOCK_N), SMS)"
+
+
+def test_stream_k_needs_persistent_and_excludes_ping_pong_and_clusters(cuda_catalog,
+                                                                       cuda_seed, h200):
+    with pytest.raises(InvalidPoint, match="persistent"):
+        build(cuda_seed, (*SPECIALISED, "stream-k"), cuda_catalog, h200)
+    with pytest.raises(InvalidPoint, match="stream-k applied twice"):
+        build(cuda_seed, (*STREAM_K["stream-k"], "stream-k"), cuda_catalog, h200)
+    for other in ("ping-pong", "cluster-multicast"):
+        with pytest.raises(InvalidPoint):
+            build(cuda_seed, (*SPECIALISED, "tma", "persistent", other, "stream-k"),
+                  cuda_catalog, h200)
+        with pytest.raises(InvalidPoint):
+            build(cuda_seed, (*SPECIALISED, "tma", "persistent", "stream-k", other),
+                  cuda_catalog, h200)
+    # the other Hopper steps compose after it as before it
+    late = build(cuda_seed, (*SPECIALISED, "persistent", "stream-k", "tma", "register-budget",
+                             "tma-store"), cuda_catalog, h200)
+    early = build(cuda_seed, STREAM_K["budget tma store stream-k"], cuda_catalog, h200)
+    assert late.source == early.source
+    assert "stream-k" in cuda_catalog and cuda_catalog["stream-k"].requires == ("persistent",)
+
+
+_UNITS_MAIN = r"""
+#include <cstdio>
+int main() {
+    int total, ktiles, grid;
+    while (std::scanf("%d %d %d", &total, &ktiles, &grid) == 3) {
+        gridDim.x = grid;
+        for (int b = 0; b < grid; ++b) {
+            blockIdx.x = b;
+            std::printf("block %d %lld %lld\n", b, pt_sk_lo(b, total, ktiles),
+                        pt_sk_lo(b + 1, total, ktiles));
+            int tile, kb, ke;
+            for (int n = 0; pt_sk_unit(n, total, ktiles, tile, kb, ke); ++n)
+                std::printf("unit %d %d %d %d %d\n", b, n, tile, kb, ke);
+        }
+        std::printf("end\n");
+    }
+}
+"""
+
+
+def _stream_k_units(source: str, cases: list[tuple[int, int, int]],
+                    tmp_path: Path) -> list[dict]:
+    """The kernel's own pt_sk_dp / pt_sk_lo / pt_sk_unit, built for the host with the
+    grid and block numbers as globals, run over `cases` (tiles, K tiles, blocks)."""
+    helpers = source.split("// Output tiles dealt out whole")[1].split(
+        "// Warpgroup wg's sums")[0]
+    shim = ("#include <algorithm>\nusing std::min;\nstruct Dim { unsigned x; };\n"
+            "static Dim gridDim, blockIdx;\n#define __device__\n#define __forceinline__ inline\n"
+            "#define PT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))\n")
+    (tmp_path / "units.cpp").write_text(shim + "// Output tiles" + helpers + _UNITS_MAIN)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(tmp_path / "units"),
+                    str(tmp_path / "units.cpp")], check=True)
+    out = subprocess.run([str(tmp_path / "units")], check=True, capture_output=True, text=True,
+                         input="".join(f"{t} {k} {g}\n" for t, k, g in cases)).stdout
+    runs: list[dict] = []
+    current: dict = {"runs": {}, "units": []}
+    for line in out.splitlines():
+        word, *numbers = line.split()
+        if word == "end":
+            runs.append(current)
+            current = {"runs": {}, "units": []}
+        elif word == "block":
+            current["runs"][int(numbers[0])] = (int(numbers[1]), int(numbers[2]))
+        else:
+            current["units"].append(tuple(map(int, numbers)))
+    return runs
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler (g++)")
+def test_stream_k_units_cover_every_k_tile_once_and_every_hand_over_has_a_taker(
+    cuda_catalog, cuda_seed, h200, tmp_path
+):
+    """What the kernel's unit walk gives, built from its source: every K tile of every
+    output tile computed exactly once; a block leaves sums only from its first unit; the
+    holder of a tile's first K tile gathers exactly from the blocks that left sums of it
+    (the non-empty runs starting inside the tile, pt_sk_gather's walk); whole-wave tiles
+    are dealt out whole."""
+    source = build(cuda_seed, STREAM_K["stream-k"], cuda_catalog, h200).source
+    # 4096 at 128 x 256 on 132 SMs; tiles spread over three blocks and more; a remainder
+    # of one tile over many blocks (empty runs); K = 0; no partial wave; fewer tiles than SMs
+    cases = [(512, 64, 132), (162, 16, 132), (133, 3, 132), (140, 1, 132), (300, 0, 132),
+             (264, 64, 132), (40, 7, 40), (1000, 5, 114)]
+    for (total, ktiles, grid), walk in zip(cases, _stream_k_units(source, cases, tmp_path),
+                                           strict=True):
+        dp = total // grid * grid if ktiles else total
+        seen: dict[tuple[int, int], int] = {}
+        givers: dict[int, set[int]] = {}
+        for block, n, tile, kb, ke in walk["units"]:
+            assert 0 <= kb < ke <= ktiles or (ktiles == 0 and kb == ke == 0)
+            if tile < dp:
+                assert (kb, ke) == (0, ktiles) and tile % grid == block
+            if kb > 0:  # leaves sums: only its first piece of the partial wave
+                assert n == dp // grid and block not in givers.setdefault(tile, set())
+                givers[tile].add(block)
+            for k in range(kb, ke):
+                seen[(tile, k)] = seen.get((tile, k), 0) + 1
+            if ktiles == 0:
+                seen[(tile, 0)] = seen.get((tile, 0), 0) + 1
+        expected = {(t, k) for t in range(total) for k in range(max(ktiles, 1))}
+        assert set(seen) == expected and set(seen.values()) == {1}, (total, ktiles, grid)
+        for block, _, tile, kb, ke in walk["units"]:
+            if kb == 0 and ke < ktiles:  # the holder of K tile 0 that must gather
+                end = (tile - dp + 1) * ktiles
+                takes = {c for c in range(block + 1, grid)
+                         if walk["runs"][c][0] < end and walk["runs"][c][1] > walk["runs"][c][0]}
+                assert takes == givers.pop(tile), (total, ktiles, grid, tile)
+        assert not givers  # every sum left behind is taken
+
+
+@needs_nvrtc
+@pytest.mark.parametrize(("kernel", "point"), [
+    # 4096's winner; without register-budget its 168 registers a thread spill 8 bytes
+    ("budget tma store stream-k",
+     {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4}),
+    ("budget tma store stream-k",
+     {**POINT, "BLOCK_M": 64, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6}),
+    ("stream-k", {**POINT, "BLOCK_M": 64, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6})],
+    ids=lambda v: _shape(v) if isinstance(v, dict) else v)
+def test_stream_k_kernels_build_for_sm_90a_without_local_memory(
+    kernel, point, cuda_catalog, cuda_seed, h200, tmp_path
+):
+    """The unit walk's integer arithmetic stays 32-bit: a 64-bit division is a called
+    subroutine around which the MMA warpgroups spilled (24 bytes at 128 x 256)."""
+    resources = _built(STREAM_K[kernel], point, cuda_catalog, cuda_seed, h200, tmp_path)
+    assert resources["registers"] > 0 and resources["stack_bytes"] == 0

@@ -153,7 +153,7 @@ def test_element_types_narrow_the_transformations_of_a_study():
     fp16 = {t.id for t in catalog.transformations_for("matmul", "cuda", "float16")}
     tensor = {"tensor-core", "tensor-tiling", "ldmatrix", "wgmma", "warp-specialize",
               "address-hoisting", "tma", "persistent", "register-budget", "cluster-multicast",
-              "tma-store", "ping-pong"}
+              "tma-store", "ping-pong", "stream-k"}
     assert fp16 == every and fp32 == every - tensor
     assert catalog.element_types("warp-specialize") == ("bfloat16", "float16")
     assert catalog.element_types("block-swizzle") == ("bfloat16", "float16", "float32",

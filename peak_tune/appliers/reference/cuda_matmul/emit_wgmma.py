@@ -49,8 +49,10 @@ from .emit_wgmma_text import (
     MBARRIER,
     PREAMBLE,
     PRODUCER,
+    STREAM_K,
     TMA,
     TMA_STORE,
+    WG_SYNC,
     WGMMA_SHAPES,
     wgmma_function,
 )
@@ -136,6 +138,10 @@ def emit_wgmma_helpers(writer: CodeWriter, plan: Plan) -> None:
         writer.raw(CLUSTER)
     if plan.tma_store:
         writer.raw(TMA_STORE)
+    if plan.tma_store or plan.stream_k:
+        writer.raw(WG_SYNC)
+    if plan.stream_k:
+        writer.raw(STREAM_K)
     writer.lines("#define PT_ZERO DTYPE(0.0f)", "")
     _copy_function(writer, "a", plan)
     _copy_function(writer, "b", plan)
@@ -334,8 +340,11 @@ def _count(plan: Plan) -> str:
 
 
 def _k_tiles(plan: Plan) -> str:
-    """The loop over the K tiles of the block's (current) output tile."""
+    """The loop over the K tiles of the block's (current) output tile; with stream-k over
+    the unit's K tiles [kb, ke)."""
     more = ", ++it" if plan.persistent else ""
+    if plan.stream_k:
+        return f"for (int t = kb; t < ke; ++t{more})"
     return f"for (int t = 0; t < tiles; ++t{more})"
 
 
@@ -352,7 +361,10 @@ def _output_tiles(writer: CodeWriter, plan: Plan, position: Position,
     first, walkers, tiles = (("blockIdx.x / CLUSTER_M", "(gridDim.x / CLUSTER_M)",
                               "cluster_rows * tiles_n") if plan.cluster
                              else ("blockIdx.x", "gridDim.x", "tiles_m * tiles_n"))
-    if group and plan.pingpong:
+    if plan.stream_k:
+        loop = ("for (int n = 0, tile, kb, ke; pt_sk_unit(n, tiles_m * tiles_n, tiles, tile, "
+                "kb, ke); ++n)")
+    elif group and plan.pingpong:
         writer.lines(
             "// ping-pong: group grp computes the block's output tiles grp, grp + 2, ...; the",
             "// K tiles of the other group's tiles lie between its own in `it`",
@@ -525,7 +537,8 @@ def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
         _mma_tile(writer)
         writer.lines("pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
                      "pt_wg_fence_acc(acc);",
-                     f"if (t > 0 && {release}(&pt_empty[({n} - 1) % PT_STAGES]{rank});")
+                     f"if (t > {_first_k_tile(plan)} && {release}(&pt_empty[({n} - 1) "
+                     f"% PT_STAGES]{rank});")
     if plan.pingpong:
         writer.line("if (wl % 32 == 0) pt_bar_arrive(&pt_order[grp ^ 1]); // ping-pong: the "
                     "other group's turn")
@@ -535,6 +548,20 @@ def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
     if plan.persistent or plan.cluster:
         writer.line(f"if (tiles > 0 && {release}(&pt_empty["
                     f"({_k_tiles_done(plan)} - 1) % PT_STAGES]{rank});")
+
+
+def _first_k_tile(plan: Plan) -> str:
+    return "kb" if plan.stream_k else "0"
+
+
+def _stream_k_hand_over(writer: CodeWriter) -> None:
+    """stream-k: a unit that misses the tile's first K tile leaves its sums for the block
+    that has it; one that misses the last adds the sums left for it."""
+    with writer.block("if (kb > 0)"):
+        writer.lines("pt_sk_save(acc, wg, wl); // stream-k: the tile's first K tile is "
+                     "another block's", "continue;")
+    writer.line("if (ke < tiles) pt_sk_gather(acc, tile, tiles_m * tiles_n, tiles, wg, wl); "
+                "// ... the blocks after this one summed the rest")
 
 
 def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
@@ -548,6 +575,9 @@ def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
             "// it % PT_STAGES, phase it / PT_STAGES of its barriers",
             "const int tiles_m = PT_CEIL_DIV(M, BLOCK_M), tiles_n = PT_CEIL_DIV(N, BLOCK_N);",
             "int it = 0;")
+        if plan.stream_k:
+            writer.line("if (gridDim.x > PT_SK_SLOTS) __trap(); // stream-k: a workspace slot "
+                        "per block")
         if plan.cluster:
             writer.line("const int cluster_rows = PT_CEIL_DIV(tiles_m, CLUSTER_M); "
                         "// cluster-multicast: rows of CLUSTER_M block rows")
@@ -571,6 +601,8 @@ def _specialised(writer: CodeWriter, plan: Plan, position: Position) -> None:
     with _output_tiles(writer, plan, position, group=True):
         _accumulators(writer)  # only the MMA warpgroups hold them
         _consumer_loop(writer, plan)
+        if plan.stream_k:
+            _stream_k_hand_over(writer)
         if plan.split_k:  # among the MMA warpgroups: the producer has left
             emit_split_k_wait(writer, plan, "pt_consumers_sync();")
         (_tma_store_epilogue if plan.tma_store else _epilogue)(writer, plan)

@@ -219,10 +219,97 @@ __device__ __forceinline__ void pt_tma_store_wait_read() {
 // Until this thread's stores are done (before the block leaves).
 __device__ __forceinline__ void pt_tma_store_wait_all() {
     asm volatile("cp.async.bulk.wait_group 0;\\n" ::: "memory");
-}
+}"""
+
+# tma-store and stream-k: a barrier of one MMA warpgroup's threads
+WG_SYNC = """\
 // The 128 threads of MMA warpgroup wg (named barriers 2, 3, ...; 1 is the MMA warpgroups').
 __device__ __forceinline__ void pt_wg_sync(int wg) {
     asm volatile("bar.sync %0, 128;\\n" :: "r"(2 + wg) : "memory");
+}"""
+
+STREAM_K = """\
+// stream-k: the output tiles that fill whole waves of the grid (pt_sk_dp of them) go
+// whole to one block each (tile % gridDim.x); the K tiles of the rest, the last partial
+// wave, counted tile by tile, are shared out evenly in runs of consecutive K tiles: block
+// b takes [pt_sk_lo(b), pt_sk_lo(b + 1)). A block that does not hold a tile's first K
+// tile leaves its fp32 sums in its workspace slot and raises its warpgroups' flags; the
+// block that holds the first K tile (its run ends inside the tile) adds the sums of the
+// blocks after it and stores C. A block leaves sums only from the first piece of its
+// run, before it waits on anyone, and waits only on blocks after it: no cycle, so
+// nothing hangs while the whole grid is resident (one block per SM). The slots are
+// module globals, the flags reset by their reader for the next launch.
+#define PT_SK_SLOTS 160 /* stream-k: workspace slots, one per block (a Hopper GPU's SMs) */
+__device__ float4 pt_sk_sums[PT_SK_SLOTS * (BLOCK_M * BLOCK_N / 4)];
+__device__ unsigned pt_sk_ready[PT_SK_SLOTS * PT_CONSUMERS];
+// Output tiles dealt out whole (K == 0: all of them, each stored as zeros).
+__device__ __forceinline__ int pt_sk_dp(int total, int ktiles) {
+    return ktiles > 0 ? total / (int)gridDim.x * (int)gridDim.x : total;
+}
+// Where block b's run starts among the K tiles of the tiles after pt_sk_dp: b * shared /
+// gridDim.x, in 32-bit arithmetic (shared < gridDim.x * ktiles; a 64-bit division is a
+// called subroutine, around which the MMA warpgroups spill their accumulators).
+__device__ __forceinline__ int pt_sk_lo(int b, int total, int ktiles) {
+    const int shared = (total - pt_sk_dp(total, ktiles)) * ktiles, g = gridDim.x;
+    return b * (shared / g) + b * (shared % g) / g;
+}
+// This block's unit of work n: K tiles [kb, ke) of output tile `tile`; false past its last.
+__device__ __forceinline__ bool pt_sk_unit(int n, int total, int ktiles, int &tile, int &kb,
+                                           int &ke) {
+    const int dp = pt_sk_dp(total, ktiles), whole = PT_CEIL_DIV(dp, (int)gridDim.x);
+    if (n < whole) {
+        tile = blockIdx.x + n * gridDim.x, kb = 0, ke = ktiles;
+        return tile < dp;
+    }
+    const int lo = pt_sk_lo(blockIdx.x, total, ktiles);
+    const int hi = pt_sk_lo(blockIdx.x + 1, total, ktiles);
+    // the first piece starts where the run does, each later one at a tile's first K tile
+    const int start = n == whole ? lo : (lo / ktiles + n - whole) * ktiles;
+    if (start >= hi) return false;
+    tile = dp + start / ktiles, kb = start % ktiles;
+    ke = min(ktiles, hi - (start - kb));
+    return true;
+}
+// Warpgroup wg's sums of a tile it does not finish: into this block's slot, in register
+// order (thread wl's float4 q at q * 128 + wl), then its flag (release).
+__device__ __forceinline__ void pt_sk_save(const float (&acc)[WGMMA_N / 2], int wg, int wl) {
+    float4 *const slot = pt_sk_sums + (size_t)blockIdx.x * (BLOCK_M * BLOCK_N / 4)
+        + wg * (64 * WGMMA_N / 4);
+    #pragma unroll
+    for (int q = 0; q < WGMMA_N / 8; ++q)
+        __stcg(slot + q * 128 + wl, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2],
+                                                acc[4 * q + 3]));
+    __threadfence(); // this thread's sums are visible GPU-wide ...
+    pt_wg_sync(wg); // ... and every thread's, before the flag
+    if (wl == 0) atomicExch(&pt_sk_ready[blockIdx.x * PT_CONSUMERS + wg], 1u);
+}
+// Warpgroup wg holds K tile 0 of `tile` but not its last: adds the sums the blocks after
+// this one left for it (those whose runs start inside the tile and are not empty).
+__device__ __forceinline__ void pt_sk_gather(float (&acc)[WGMMA_N / 2], int tile, int total,
+                                             int ktiles, int wg, int wl) {
+    const int end = (tile - pt_sk_dp(total, ktiles) + 1) * ktiles;
+    for (int c = blockIdx.x + 1; c < (int)gridDim.x; ++c) {
+        const int lo = pt_sk_lo(c, total, ktiles);
+        if (lo >= end) break;
+        if (pt_sk_lo(c + 1, total, ktiles) == lo) continue; // an empty run left nothing
+        unsigned *const ready = &pt_sk_ready[c * PT_CONSUMERS + wg];
+        if (wl == 0) {
+            unsigned raised = 0;
+            do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\\n" : "=r"(raised)
+                            : "l"(ready) : "memory");
+            while (raised == 0);
+            atomicExch(ready, 0u); // for the next launch (only this warpgroup reads it)
+        }
+        pt_wg_sync(wg); // the sums are there for every thread
+        const float4 *const slot = pt_sk_sums + (size_t)c * (BLOCK_M * BLOCK_N / 4)
+            + wg * (64 * WGMMA_N / 4);
+        #pragma unroll
+        for (int q = 0; q < WGMMA_N / 8; ++q) {
+            const float4 v = __ldcg(slot + q * 128 + wl); // from L2: another SM wrote it
+            acc[4 * q] += v.x, acc[4 * q + 1] += v.y, acc[4 * q + 2] += v.z,
+                acc[4 * q + 3] += v.w;
+        }
+    }
 }"""
 
 

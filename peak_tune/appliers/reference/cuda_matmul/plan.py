@@ -9,7 +9,8 @@ After `refactor` the kernel always has the same skeleton, and each transformatio
 changes one part of it. The plan records, part by part, what the code looks like:
 
 - block position: plain (blockIdx.x over N, .y over M) or grouped (`swizzle`), or, in a
-  persistent warpgroup kernel (`persistent`), one block per SM walking the output tiles;
+  persistent warpgroup kernel (`persistent`), one block per SM walking the output tiles,
+  those of the last partial wave shared out as runs of K tiles (`stream_k`);
 - K range: the whole of K, or one of K_SPLITS slices chosen by blockIdx.z (`split_k`);
 - operands: read from global memory, or staged through shared-memory tiles (`shared`),
   with A stored transposed, rows padded, 16-byte copies per operand, copies staged in
@@ -89,6 +90,9 @@ class Plan:
     # ping-pong: two groups of MMA warpgroups take the block's output tiles in turn, one
     # group's MMAs running while the other stores its tile
     pingpong: bool = False
+    # stream-k: a persistent grid's last partial wave of output tiles is shared out as
+    # even runs of K tiles, partial sums handed between blocks through a workspace
+    stream_k: bool = False
     interior: bool = False  # interior-tiles: blocks inside the matrices copy unchecked
     hip: bool = False  # printed as HIP (the seed was naive.hip), not CUDA: see emit.py
     mfma: bool = False  # mfma: waves compute 32 x 32 MFMA tiles (AMD CDNA, HIP only)
@@ -120,10 +124,11 @@ _NAMES = tuple(f.name for f in fields(Plan))
 # (and content hashes) of earlier variants stay as they were.
 _LATER = ("wgmma", "producer", "hoisted", "tma", "double_buffer", "interior", "hip", "mfma",
           "hlsl", "coopmat", "persistent", "budget", "wave_broadcast", "direct_store",
-          "cluster", "tma_store", "workgroup_matrix", "pingpong")
+          "cluster", "tma_store", "workgroup_matrix", "pingpong", "stream_k")
 # Parts only NVIDIA GPUs have (cp.async, mma.sync, ldmatrix, wgmma, TMA): not in HIP.
 NVIDIA_ONLY = ("stages", "mma", "mma_tiles", "ldmatrix", "wgmma", "producer", "hoisted",
-               "tma", "persistent", "budget", "cluster", "tma_store", "pingpong")
+               "tma", "persistent", "budget", "cluster", "tma_store", "pingpong",
+               "stream_k")
 # Parts only AMD GPUs have (the MFMA matrix cores of CDNA): only in HIP.
 AMD_ONLY = ("mfma",)
 # The parts an HLSL compute shader has (hlsl_matmul prints them); the rest need pointers,
@@ -189,6 +194,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("tma_store", "producer"),
     ("tma_store", "tma"),
     ("pingpong", "persistent"),
+    ("stream_k", "persistent"),
     ("mfma", "shared"),
     ("coopmat", "shared"),
     ("wave_broadcast", "shared"),
@@ -206,6 +212,8 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("wgmma", "transpose_a"),
     ("wgmma", "padded"),
     ("wgmma", "interior"),  # its copies have their own (address-hoisting)
+    ("stream_k", "pingpong"),  # its units of work are the block's, not a group's
+    ("stream_k", "cluster"),  # the blocks of a cluster walk whole tiles together
     ("persistent", "split_k"),  # its grid walks the output tiles; split-k's, K slices
     ("budget", "launch_bounds"),  # its budgets are for one block per SM
     ("cluster", "split_k"),  # the slices' hand-over spins between blocks a cluster holds

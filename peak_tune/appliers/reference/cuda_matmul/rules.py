@@ -319,6 +319,8 @@ def cluster_multicast(plan: Plan, device: DeviceProfile) -> Change:
         raise InvalidPoint("cluster-multicast needs the TMA producer of warp-specialize and "
                            "tma")
     _once(plan.cluster, "cluster-multicast: the blocks already share their B tiles")
+    _once(plan.stream_k, "cluster-multicast cannot follow stream-k: a cluster's blocks walk "
+                         "whole tiles together")
     _once(plan.split_k, "cluster-multicast cannot follow split-k: the slices' hand-over "
                         "waits between blocks that a cluster holds resident")
     # a block's share of a B slab is whole 8-row swizzle atoms
@@ -331,11 +333,26 @@ def ping_pong(plan: Plan, device: DeviceProfile) -> Change:
     if not plan.persistent:
         raise InvalidPoint("ping-pong needs the persistent blocks of persistent")
     _once(plan.pingpong, "ping-pong: two groups already take the output tiles in turn")
+    _once(plan.stream_k, "ping-pong cannot follow stream-k: its units of work are the "
+                         "block's, not a group's")
     child = plan.but(pingpong=True)
     # twice the MMA warpgroups: each must still hold its accumulators, and the producer's
     # budget is a share of fewer registers a thread
     ties = (_threads_limit(child, device), _wgmma_registers(child, device))
     return Change(child, (*ties, _producer_regs_fit(child)) if plan.budget else ties)
+
+
+def stream_k(plan: Plan, device: DeviceProfile) -> Change:
+    """The persistent grid's last partial wave of output tiles shared out as even runs of
+    K tiles; blocks hand partial sums to the block that holds a tile's first K tile."""
+    if not plan.persistent:
+        raise InvalidPoint("stream-k needs the persistent blocks of persistent")
+    _once(plan.stream_k, "stream-k: the last wave's K tiles are already shared out")
+    _once(plan.pingpong, "stream-k shares K tiles between blocks, not between ping-pong's "
+                         "groups: it cannot follow ping-pong")
+    _once(plan.cluster, "stream-k cannot follow cluster-multicast: a cluster's blocks walk "
+                        "whole tiles together")
+    return Change(plan.but(stream_k=True))
 
 
 def tma_store(plan: Plan, device: DeviceProfile) -> Change:
@@ -502,6 +519,7 @@ RULES: Mapping[str, Rule] = {
     "cluster-multicast": cluster_multicast,
     "tma-store": tma_store,
     "ping-pong": ping_pong,
+    "stream-k": stream_k,
     "mfma": mfma,
     "cooperative-matrix": cooperative_matrix,
     "wave-broadcast": wave_broadcast,
