@@ -32,6 +32,13 @@ tile's MMAs, since a parity wait names a phase only within one round of the stag
 H100 it validated but ran 0.84x against the one-group kernel's 0.97x
 (2026-12-06-h100-ping-pong-triton-bf16.json).
 
+With stream-k (plan.stream_k, after persistent) every role walks the block's units of
+work instead (pt_sk_unit: whole tiles of the full waves, then the block's even run of
+the last partial wave's K tiles, a piece per output tile), each over its K tiles
+[kb, ke); a piece without the tile's first K tile leaves its sums in the block's
+workspace slot (pt_sk_save), the holder of the first K tile adds them (pt_sk_gather)
+before its epilogue.
+
 With address-hoisting (plan.hoisted) a tile wholly inside its matrix is copied from each
 thread's first chunk of it, one add per further chunk (pt_wg_copy_inside), instead of
 the checked copy's index arithmetic per chunk; edge tiles keep the checked copy.
