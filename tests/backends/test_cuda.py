@@ -316,6 +316,40 @@ def test_tma_kernels_validate_with_the_backends_tensor_maps(
     assert measurement.gflops > 0
 
 
+STREAM_K = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "wgmma",
+            "warp-specialize", "block-swizzle", "tma", "register-budget", "tma-store",
+            "persistent", "stream-k")
+# output tiles past whole waves of one block per SM (at the spec's check sizes there are
+# fewer tiles than SMs): 64 x 128 tiles of 1000 x 1700 are 224; K = 999 has no tensor maps
+STREAM_K_SIZES = tuple(ProblemSize.of(dict(zip("MNK", s, strict=True)))
+                       for s in ((1000, 1700, 500), (1000, 1700, 999), (1100, 4000, 200)))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_stream_k_hands_partial_sums_over_correctly_where_a_wave_is_partial(
+    backend: CudaBackend, profile: DeviceProfile, spec: KernelSpec, build_dir: str, dtype: str,
+) -> None:
+    """Every element compared with the reference at sizes where blocks share output
+    tiles (runs of one K tile and empty ones at 1100 x 4000 x 200), then the timed runs
+    checked by projection: each launch relies on the hand-over flags the last one
+    cleared."""
+    if profile.facts.get("arch") != "sm_90a":
+        pytest.skip(reason=f"wgmma and TMA need sm_90a, not {profile.facts.get('arch')}")
+    from peak_tune.appliers.reference.cuda_matmul import apply_transformation
+    from peak_tune.catalog.loaders import load_transformations
+
+    catalog = load_transformations([ROOT / "transforms"])
+    context = seed_context(spec, "cuda")
+    for step in STREAM_K:
+        context = apply_transformation(context, catalog[step], profile)
+    point = {"BLOCK_M": 64, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 4,
+             "WGMMA_N": 128, "SWIZZLE_GROUP": 4, "PRODUCER_REGS": 40}
+    artifact = backend.compile(context, point, dtype, build_dir)
+    request = EvalRequest(spec=spec, context=context, params=point, dtype=dtype,
+                          size=STREAM_K_SIZES[0], check_sizes=STREAM_K_SIZES, config=CONFIG)
+    assert backend.evaluate(artifact, request).gflops > 0
+
+
 # ---------------------------------------------------------------- a user's own kernels
 
 USER_CATALOGS = ROOT / "tests" / "fixtures" / "catalogs"
