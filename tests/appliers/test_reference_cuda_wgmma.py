@@ -841,7 +841,10 @@ def _stream_k_units(source: str, cases: list[tuple[int, int, int]],
     grid and block numbers as globals, run over `cases` (tiles, K tiles, blocks)."""
     helpers = source.split("// Output tiles dealt out whole")[1].split(
         "// Warpgroup wg's sums")[0]
-    shim = ("#include <algorithm>\nusing std::min;\nstruct Dim { unsigned x; };\n"
+    minimum_run = next(line for line in source.splitlines()
+                       if line.startswith("#define PT_SK_MIN_RUN"))
+    shim = (f"#include <algorithm>\nusing std::min, std::max;\n{minimum_run}\n"
+            "struct Dim { unsigned x; };\n"
             "static Dim gridDim, blockIdx;\n#define __device__\n#define __forceinline__ inline\n"
             "#define PT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))\n")
     (tmp_path / "units.cpp").write_text(shim + "// Output tiles" + helpers + _UNITS_MAIN)
@@ -876,7 +879,8 @@ def test_stream_k_units_cover_every_k_tile_once_and_every_hand_over_has_a_taker(
     # 4096 at 128 x 256 on 132 SMs; tiles spread over three blocks and more; a remainder
     # of one tile over many blocks (empty runs); K = 0; no partial wave; fewer tiles than SMs
     cases = [(512, 64, 132), (162, 16, 132), (133, 3, 132), (140, 1, 132), (300, 0, 132),
-             (264, 64, 132), (40, 7, 40), (1000, 5, 114)]
+             (264, 64, 132), (40, 7, 40), (1000, 5, 114), (133, 64, 132), (144, 4, 132),
+             (2048, 128, 132)]
     for (total, ktiles, grid), walk in zip(cases, _stream_k_units(source, cases, tmp_path),
                                            strict=True):
         dp = total // grid * grid if ktiles else total
@@ -902,6 +906,16 @@ def test_stream_k_units_cover_every_k_tile_once_and_every_hand_over_has_a_taker(
                          if walk["runs"][c][0] < end and walk["runs"][c][1] > walk["runs"][c][0]}
                 assert takes == givers.pop(tile), (total, ktiles, grid, tile)
         assert not givers  # every sum left behind is taken
+        # runs of at least PT_SK_MIN_RUN K tiles where the partial wave has enough of them,
+        # and never fewer blocks than its tiles
+        sizes = [hi - lo for lo, hi in walk["runs"].values() if hi > lo]
+        left = total - dp
+        if left and ktiles:
+            assert len(sizes) >= min(grid, left)
+            if left * ktiles >= 8 * grid:
+                assert len(sizes) == grid
+            elif len(sizes) > left:
+                assert min(sizes) >= 8, (total, ktiles, grid, sizes)
 
 
 @needs_nvrtc

@@ -240,17 +240,23 @@ STREAM_K = """\
 // nothing hangs while the whole grid is resident (one block per SM). The slots are
 // module globals, the flags reset by their reader for the next launch.
 #define PT_SK_SLOTS 160 /* stream-k: workspace slots, one per block (a Hopper GPU's SMs) */
+#define PT_SK_MIN_RUN 8 /* stream-k: K tiles a block's run has at least, where it can */
 __device__ float4 pt_sk_sums[PT_SK_SLOTS * (BLOCK_M * BLOCK_N / 4)];
 __device__ unsigned pt_sk_ready[PT_SK_SLOTS * PT_CONSUMERS];
 // Output tiles dealt out whole (K == 0: all of them, each stored as zeros).
 __device__ __forceinline__ int pt_sk_dp(int total, int ktiles) {
     return ktiles > 0 ? total / (int)gridDim.x * (int)gridDim.x : total;
 }
-// Where block b's run starts among the K tiles of the tiles after pt_sk_dp: b * shared /
-// gridDim.x, in 32-bit arithmetic (shared < gridDim.x * ktiles; a 64-bit division is a
-// called subroutine, around which the MMA warpgroups spill their accumulators).
+// Where block b's run starts among the K tiles of the tiles after pt_sk_dp: b * shared / g
+// for the first g blocks, which are one a tile at least and more only while the runs stay
+// PT_SK_MIN_RUN K tiles long (a few K tiles would cost more to hand over than they save);
+// the blocks after them have empty runs. 32-bit arithmetic (shared < gridDim.x * ktiles):
+// a 64-bit division is a called subroutine, around which the MMA warpgroups spill.
 __device__ __forceinline__ int pt_sk_lo(int b, int total, int ktiles) {
-    const int shared = (total - pt_sk_dp(total, ktiles)) * ktiles, g = gridDim.x;
+    const int left = total - pt_sk_dp(total, ktiles), shared = left * ktiles;
+    if (shared == 0) return 0;
+    const int g = min((int)gridDim.x, max(left, shared / PT_SK_MIN_RUN));
+    b = min(b, g);
     return b * (shared / g) + b * (shared % g) / g;
 }
 // This block's unit of work n: K tiles [kb, ke) of output tile `tile`; false past its last.
