@@ -287,7 +287,10 @@ __device__ __forceinline__ void pt_sk_save(const float (&acc)[WGMMA_N / 2], int 
                                                 acc[4 * q + 3]));
     __threadfence(); // this thread's sums are visible GPU-wide ...
     pt_wg_sync(wg); // ... and every thread's, before the flag
-    if (wl == 0) atomicExch(&pt_sk_ready[blockIdx.x * PT_CONSUMERS + wg], 1u);
+    if (wl == 0) {
+        __threadfence(); // the release: after the barrier, as CUTLASS's flags do
+        atomicExch(&pt_sk_ready[blockIdx.x * PT_CONSUMERS + wg], 1u);
+    }
 }
 // Warpgroup wg holds K tile 0 of `tile` but not its last: adds the sums the blocks after
 // this one left for it (those whose runs start inside the tile and are not empty).
