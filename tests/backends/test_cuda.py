@@ -293,6 +293,21 @@ TMA_POINT = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 3,
              "WGMMA_N": 128}
 
 
+def hopper_kernel(spec: KernelSpec, profile: DeviceProfile,
+                  sequence: tuple[str, ...]) -> KernelContext:
+    """The reference applier's kernel after `sequence`; skipped off sm_90a."""
+    if profile.facts.get("arch") != "sm_90a":
+        pytest.skip(reason=f"wgmma and TMA need sm_90a, not {profile.facts.get('arch')}")
+    from peak_tune.appliers.reference.cuda_matmul import apply_transformation
+    from peak_tune.catalog.loaders import load_transformations
+
+    catalog = load_transformations([ROOT / "transforms"])
+    context = seed_context(spec, "cuda")
+    for step in sequence:
+        context = apply_transformation(context, catalog[step], profile)
+    return context
+
+
 @pytest.mark.parametrize("kernel", list(TMA_SEQUENCES))
 @pytest.mark.parametrize("size", [SQUARE, ProblemSize.of({"M": 200, "N": 136, "K": 1000}), ODD],
                          ids=["512", "edges 200x136x1000", "odd, no maps"])
@@ -303,15 +318,7 @@ def test_tma_kernels_validate_with_the_backends_tensor_maps(
 ) -> None:
     """The maps (K and N multiples of 8) load edge tiles with zeros; at odd sizes the
     backend passes null and the kernel's cp.async copies run."""
-    if profile.facts.get("arch") != "sm_90a":
-        pytest.skip(reason=f"wgmma and TMA need sm_90a, not {profile.facts.get('arch')}")
-    from peak_tune.appliers.reference.cuda_matmul import apply_transformation
-    from peak_tune.catalog.loaders import load_transformations
-
-    catalog = load_transformations([ROOT / "transforms"])
-    context = seed_context(spec, "cuda")
-    for step in TMA_SEQUENCES[kernel]:
-        context = apply_transformation(context, catalog[step], profile)
+    context = hopper_kernel(spec, profile, TMA_SEQUENCES[kernel])
     measurement = run(backend, spec, build_dir, context, TMA_POINT, dtype=dtype, size=size)
     assert measurement.gflops > 0
 
@@ -333,15 +340,7 @@ def test_stream_k_hands_partial_sums_over_correctly_where_a_wave_is_partial(
     tiles (runs of one K tile and empty ones at 1100 x 4000 x 200), then the timed runs
     checked by projection: each launch relies on the hand-over flags the last one
     cleared."""
-    if profile.facts.get("arch") != "sm_90a":
-        pytest.skip(reason=f"wgmma and TMA need sm_90a, not {profile.facts.get('arch')}")
-    from peak_tune.appliers.reference.cuda_matmul import apply_transformation
-    from peak_tune.catalog.loaders import load_transformations
-
-    catalog = load_transformations([ROOT / "transforms"])
-    context = seed_context(spec, "cuda")
-    for step in STREAM_K:
-        context = apply_transformation(context, catalog[step], profile)
+    context = hopper_kernel(spec, profile, STREAM_K)
     point = {"BLOCK_M": 64, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 4,
              "WGMMA_N": 128, "SWIZZLE_GROUP": 4, "PRODUCER_REGS": 40}
     artifact = backend.compile(context, point, dtype, build_dir)
