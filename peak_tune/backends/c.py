@@ -178,7 +178,7 @@ class CBackend:
                             f"not {dtype!r}")
         defines = [f"-DDTYPE={_C_TYPES[dtype]}", *macro_flags(params, reserved=("DTYPE",))]
         key = stable_hash({
-            "context": context.content_hash(),
+            "build": context.build_identity(),
             "params": sorted((k, int(v)) for k, v in params.items()),
             "dtype": dtype,
             "flags": list(FLAGS + _LIBS),

@@ -165,7 +165,7 @@ class CudaBackend:
                    f"-DACC={accumulator}", *self._language_defines(),
                    *macro_flags(params, _RESERVED_MACROS)]
         version = nvrtc_version()
-        identity = {"context": context.content_hash(), "options": options,
+        identity = {"build": context.build_identity(), "options": options,
                     "params": sorted(params.items()), "nvrtc": version}
         identity.update(self._language_identity())
         key = stable_hash(identity)

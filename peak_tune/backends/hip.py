@@ -197,7 +197,7 @@ class HipBackend:
         macro_flags(params, {"DTYPE", "ACC"})  # CompileError for a bad name or value
         defines: dict[str, str | int] = {"DTYPE": element, "ACC": accumulator, **params}
         toolchain = _hip_amd.find_toolchain()
-        key = stable_hash({"context": context.content_hash(), "arch": self._arch,
+        key = stable_hash({"build": context.build_identity(), "arch": self._arch,
                            "defines": sorted(defines.items()), "clang": toolchain.version})
 
         def build(code_object: Path) -> tuple[str, dict[str, int]]:

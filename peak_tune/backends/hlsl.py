@@ -137,7 +137,7 @@ class HlslBackend:
                                          "PT_WAVE_SIZE": self._profile.wave_size, **params}
         compiler = find_compiler(self._compiler_choice(), context.source)
         optimizer = self._optimizer(compiler)
-        key = stable_hash({"context": context.content_hash(), "defines": sorted(
+        key = stable_hash({"build": context.build_identity(), "defines": sorted(
             defines.items()), "compiler": compiler.label,
             "optimizer": optimizer.label if optimizer else "none", "harness": HARNESS_VERSION})
 

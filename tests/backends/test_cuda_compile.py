@@ -35,7 +35,7 @@ from peak_tune.backends._nvrtc import (
 from peak_tune.backends._nvrtc_process import _COMPILERS
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend, profile_for_gpu
-from peak_tune.catalog.loaders import load_device, load_devices, load_spec
+from peak_tune.catalog.loaders import load_device, load_devices, load_spec, load_transformations
 from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 from peak_tune.errors import (
@@ -48,6 +48,7 @@ from peak_tune.errors import (
     UserError,
 )
 from peak_tune.evaluation.pipeline import seed_context
+from tests.appliers.conftest import build_cuda
 from tests.nvrtc import needs_nvrtc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +145,29 @@ def test_identical_build_in_a_new_folder_still_reports_resources(
     for key in ("registers", "stack_bytes", "shared_static_bytes"):
         assert second.resources[key] == first.resources[key]
     assert Path(second.path).read_bytes() == Path(first.path).read_bytes()
+
+
+@needs_nvrtc
+def test_two_orders_that_print_the_same_source_share_one_build(
+    spec: KernelSpec, h200: DeviceProfile, tmp_path: Path
+) -> None:
+    """Builds are keyed by what NVRTC sees: block-swizzle and thread-tiling commute, and
+    the second order reuses the first's cubin though the variants (their lineage, their
+    evaluations) stay apart; other values, or another source, build anew."""
+    seed = seed_context(spec, "cuda")
+    catalog = load_transformations([ROOT / "transforms"])
+    one = build_cuda(seed, ("refactor", "thread-tiling", "block-swizzle"), catalog, h200)
+    other = build_cuda(seed, ("refactor", "block-swizzle", "thread-tiling"), catalog, h200)
+    assert one.source == other.source and one.content_hash() != other.content_hash()
+    backend = CudaBackend(h200)
+    values = {p.name: p.values[0] for p in one.params}
+    first = backend.compile(one, values, "float32", str(tmp_path))
+    second = backend.compile(other, values, "float32", str(tmp_path))
+    assert not first.reused and second.reused and second.path == first.path
+    assert second.resources == first.resources
+    moved = {**values, "SWIZZLE_GROUP": one.param("SWIZZLE_GROUP").values[1]}
+    assert not backend.compile(other, moved, "float32", str(tmp_path)).reused
+    assert not backend.compile(seed, {}, "float32", str(tmp_path)).reused
 
 
 @needs_nvrtc
