@@ -192,7 +192,8 @@ class KernelContext:
     def build_identity(self) -> dict[str, str]:
         """What a compiler sees of the variant. Builds are keyed by this (with the macros
         and flags) rather than by the whole identity: sequences that print the same source
-        share one build (6% of the builds of the recorded fp16 4096 CUDA landscape)."""
+        share one build (2-13% of the builds of the recorded CUDA landscapes:
+        benchmarks/build_sharing.py)."""
         return {"source": self.source, "entry": self.entry}
 
     def param(self, name: str) -> ParamDomain | None:

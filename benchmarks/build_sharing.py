@@ -1,0 +1,85 @@
+"""How many builds a recorded CUDA landscape needed, keyed by variant and by source.
+
+Replays every sequence of each landscape (`benchmarks/results/landscapes/`) through the
+CUDA reference applier for the landscape's device and counts the distinct builds its
+evaluated points (status ok) need: keyed by the variant's whole identity (lineage, plan,
+constraints: the build key before 2026-12-07) and keyed by what the compiler sees (source
+and entry point: today's), each with the point's macro values. The difference is what
+commuting orders that print the same kernel no longer build twice. CPU only.
+
+    python3 benchmarks/build_sharing.py [--out results/FILE.json] [LANDSCAPE.json ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cuda_reference_check import ROOT, build  # benchmarks/ is the script's folder
+
+from peak_tune.catalog.loaders import load_device
+from peak_tune.core import stable_hash
+
+LANDSCAPES = ROOT / "benchmarks" / "results" / "landscapes"
+
+
+def _profile_name(device: str) -> str:
+    return "h100" if "H100" in device else "h200"
+
+
+def count(path: Path) -> dict[str, object]:
+    recorded = json.loads(path.read_text())
+    device = load_device(ROOT / "backends" / "devices"
+                         / f"{_profile_name(recorded['device'])}.toml")
+    keys: dict[tuple[str, ...], tuple[str, str]] = {}
+    by_variant: set[tuple[str, str]] = set()
+    by_source: set[tuple[str, str]] = set()
+    points = [o for o in recorded["outcomes"] if o["status"] == "ok"]
+    for point in points:
+        sequence = tuple(point["sequence"])
+        if sequence not in keys:
+            context = build(sequence, device)
+            keys[sequence] = (context.content_hash(), stable_hash(context.build_identity()))
+        variant, source = keys[sequence]
+        values = stable_hash(sorted(point["params"].items()))
+        by_variant.add((variant, values))
+        by_source.add((source, values))
+    return {"landscape": path.name, "device": recorded["device"], "dtype": recorded["dtype"],
+            "points_ok": len(points), "sequences": len(keys),
+            "variants": len({v for v, _ in keys.values()}),
+            "sources": len({s for _, s in keys.values()}),
+            "builds_by_variant": len(by_variant), "builds_by_source": len(by_source),
+            "saved": round(1 - len(by_source) / max(1, len(by_variant)), 3)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("landscapes", nargs="*", type=Path)
+    parser.add_argument("--out", default="", help="also write the rows as JSON here")
+    args = parser.parse_args()
+    paths = args.landscapes or sorted(p for p in LANDSCAPES.glob("landscape-*.json"))
+    rows = []
+    for path in paths:
+        row = count(path)
+        rows.append(row)
+        print(f"{row['landscape']:36} {row['points_ok']:5} points, {row['sequences']:4} "
+              f"sequences -> {row['variants']:4} variants, {row['sources']:4} sources; "
+              f"builds {row['builds_by_variant']:5} by variant, "
+              f"{row['builds_by_source']:5} by source ({row['saved']:.1%} fewer)", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps({
+            "date": time.strftime("%Y-%m-%d"), "command": shlex.join(["python3", *sys.argv]),
+            "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
+                                     capture_output=True).stdout.strip(),
+            "device": "none (CPU: the reference applier replays the recorded sequences)",
+            "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
