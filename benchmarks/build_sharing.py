@@ -1,11 +1,13 @@
-"""How many builds a recorded CUDA landscape needed, keyed by variant and by source.
+"""How many builds and timings a recorded CUDA landscape needed, by variant and by source.
 
 Replays every sequence of each landscape (`benchmarks/results/landscapes/`) through the
 CUDA reference applier for the landscape's device and counts the distinct builds its
 evaluated points (status ok) need: keyed by the variant's whole identity (lineage, plan,
 constraints: the build key before 2026-12-07) and keyed by what the compiler sees (source
-and entry point: today's), each with the point's macro values. The difference is what
-commuting orders that print the same kernel no longer build twice. CPU only.
+and entry point: today's), each with the point's macro values; and the timings it needs keyed by
+variant and by how the variant runs (KernelContext.run_identity: source, launch, sizes).
+The differences are what commuting orders that print the same kernel no longer build and
+time twice. CPU only.
 
     python3 benchmarks/build_sharing.py [--out results/FILE.json] [LANDSCAPE.json ...]
 """
@@ -36,25 +38,30 @@ def count(path: Path) -> dict[str, object]:
     recorded = json.loads(path.read_text())
     device = load_device(ROOT / "backends" / "devices"
                          / f"{_profile_name(recorded['device'])}.toml")
-    keys: dict[tuple[str, ...], tuple[str, str]] = {}
+    keys: dict[tuple[str, ...], tuple[str, str, str]] = {}
     by_variant: set[tuple[str, str]] = set()
     by_source: set[tuple[str, str]] = set()
+    by_run: set[tuple[str, str]] = set()
     points = [o for o in recorded["outcomes"] if o["status"] == "ok"]
     for point in points:
         sequence = tuple(point["sequence"])
         if sequence not in keys:
             context = build(sequence, device)
-            keys[sequence] = (context.content_hash(), stable_hash(context.build_identity()))
-        variant, source = keys[sequence]
+            keys[sequence] = (context.content_hash(), stable_hash(context.build_identity()),
+                              stable_hash(context.run_identity()))
+        variant, source, run = keys[sequence]
         values = stable_hash(sorted(point["params"].items()))
         by_variant.add((variant, values))
         by_source.add((source, values))
+        by_run.add((run, values))
     return {"landscape": path.name, "device": recorded["device"], "dtype": recorded["dtype"],
             "points_ok": len(points), "sequences": len(keys),
-            "variants": len({v for v, _ in keys.values()}),
-            "sources": len({s for _, s in keys.values()}),
+            "variants": len({k[0] for k in keys.values()}),
+            "sources": len({k[1] for k in keys.values()}),
             "builds_by_variant": len(by_variant), "builds_by_source": len(by_source),
-            "saved": round(1 - len(by_source) / max(1, len(by_variant)), 3)}
+            "saved": round(1 - len(by_source) / max(1, len(by_variant)), 3),
+            "timings_by_variant": len(by_variant), "timings_by_run": len(by_run),
+            "timings_saved": round(1 - len(by_run) / max(1, len(by_variant)), 3)}
 
 
 def main() -> int:
@@ -70,7 +77,9 @@ def main() -> int:
         print(f"{row['landscape']:36} {row['points_ok']:5} points, {row['sequences']:4} "
               f"sequences -> {row['variants']:4} variants, {row['sources']:4} sources; "
               f"builds {row['builds_by_variant']:5} by variant, "
-              f"{row['builds_by_source']:5} by source ({row['saved']:.1%} fewer)", flush=True)
+              f"{row['builds_by_source']:5} by source ({row['saved']:.1%} fewer); timings "
+              f"{row['timings_by_run']:5} by run ({row['timings_saved']:.1%} fewer)",
+              flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({
             "date": time.strftime("%Y-%m-%d"), "command": shlex.join(["python3", *sys.argv]),

@@ -196,6 +196,14 @@ class KernelContext:
         benchmarks/build_sharing.py)."""
         return {"source": self.source, "entry": self.entry}
 
+    def run_identity(self) -> dict[str, Any]:
+        """What decides how the variant runs: its build, launch geometry and the sizes it
+        runs at. Evaluations are keyed by this: a variant that prints the same kernel as
+        one already measured (another order of commuting steps) is not timed again."""
+        return {"backend": self.backend, **self.build_identity(),
+                "launch": dict(sorted(self.launch.items())),
+                "size_constraints": list(self.size_constraints)}
+
     def param(self, name: str) -> ParamDomain | None:
         return next((p for p in self.params if p.name == name), None)
 

@@ -1,6 +1,7 @@
 """The content-addressed cache: keys follow content, writes are atomic, copies replay."""
 
 import shutil
+from dataclasses import replace
 
 from peak_tune.core import KernelContext, Lineage, Measurement, Outcome, ParamDomain, Status
 from peak_tune.evaluation.cache import Cache, application_key, evaluation_key
@@ -17,7 +18,7 @@ def key(ctx: KernelContext, **over) -> str:
     args = dict(params={"MC": 32}, size={"M": 8, "N": 8, "K": 8}, dtype="float32",
                 fingerprint={"compiler": "gcc 12"}, spec_identity="spec")
     args.update(over)
-    return evaluation_key(ctx.content_hash(), **args)
+    return evaluation_key(ctx, **args)
 
 
 def test_context_round_trip_and_lineage(tmp_path):
@@ -38,6 +39,17 @@ def test_evaluation_keys_change_with_everything_that_matters():
     assert key(context(), fingerprint={"compiler": "gcc 13"}) != base
     assert key(context(), spec_identity="other") != base
     assert key(context()) == base
+
+
+def test_a_variant_that_runs_the_same_kernel_shares_its_evaluation():
+    """Another order of commuting steps: same source, launch and sizes, other lineage and
+    applier state. Its timing would be the same kernel's; its launch or sizes would not."""
+    one = context(parent="p1")
+    other = replace(one, applied=("demo", "other"), state={"plan": 2},
+                    lineage=Lineage("p2", "other", 1, "texthash", "reference/1"))
+    assert other.content_hash() != one.content_hash() and key(other) == key(one)
+    assert key(replace(one, launch={"grid_x": "M"})) != key(one)
+    assert key(replace(one, size_constraints=("M % 8 == 0",))) != key(one)
 
 
 def test_application_key_covers_text_and_applier():

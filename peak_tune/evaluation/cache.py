@@ -36,16 +36,18 @@ def application_key(
 
 
 def evaluation_key(
-    context_hash: str,
+    context: KernelContext,
     params: Mapping[str, int],
     size: Mapping[str, int],
     dtype: str,
     fingerprint: Mapping[str, str],
     spec_identity: str,
 ) -> str:
+    """The variant as it runs (KernelContext.run_identity, not its lineage), its values,
+    the size and dtype, the device and compiler (fingerprint) and the spec."""
     return stable_hash(
-        ["evaluate", context_hash, dict(params), dict(size), dtype, dict(fingerprint),
-         spec_identity]
+        ["evaluate", context.run_identity(), dict(params), dict(size), dtype,
+         dict(fingerprint), spec_identity]
     )
 
 

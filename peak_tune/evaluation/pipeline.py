@@ -238,7 +238,7 @@ class Pipeline:
 
     def _key(self, context: KernelContext, params: Mapping[str, int], size: ProblemSize) -> str:
         return evaluation_key(
-            context.content_hash(), params, size.as_dict(), self.setup.dtype,
+            context, params, size.as_dict(), self.setup.dtype,
             self._fingerprint, self._spec_identity,
         )
 
