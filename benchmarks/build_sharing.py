@@ -24,20 +24,20 @@ from pathlib import Path
 
 from cuda_reference_check import ROOT, build  # benchmarks/ is the script's folder
 
-from peak_tune.catalog.loaders import load_device
+from peak_tune.backends.cuda import profile_for_gpu
+from peak_tune.catalog.loaders import load_devices
 from peak_tune.core import stable_hash
 
 LANDSCAPES = ROOT / "benchmarks" / "results" / "landscapes"
 
 
-def _profile_name(device: str) -> str:
-    return "h100" if "H100" in device else "h200"
-
-
 def count(path: Path) -> dict[str, object]:
     recorded = json.loads(path.read_text())
-    device = load_device(ROOT / "backends" / "devices"
-                         / f"{_profile_name(recorded['device'])}.toml")
+    # the recorded device is "NVIDIA H200, <driver>": its Hopper profile by name
+    device = profile_for_gpu(recorded["device"], "sm_90",
+                             load_devices([ROOT / "backends" / "devices"]).values())
+    if device is None:
+        raise SystemExit(f"{path.name}: no device profile for {recorded['device']}")
     keys: dict[tuple[str, ...], tuple[str, str, str]] = {}
     by_variant: set[tuple[str, str]] = set()
     by_source: set[tuple[str, str]] = set()
