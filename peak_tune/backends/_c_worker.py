@@ -24,6 +24,7 @@ from peak_tune.backends.wire import spec_from_wire
 from peak_tune.core import KernelSpec, ProblemSize, VendorCall, vendor_call
 from peak_tune.errors import CompileError, UserError
 from peak_tune.expr import evaluate, evaluate_int
+from peak_tune.evaluation.validation import numpy_dtype
 from peak_tune.harness.arena import PROT_NONE, PROT_READ, map_for_kernel, set_access
 from peak_tune.harness.host_judge import layout_arrays
 
@@ -127,7 +128,7 @@ def _prepare(request: dict[str, Any]) -> dict[str, Any]:
     spec = spec_from_wire(request["spec"])
     mapping, base = _arena(str(request["arena"]), request["regions"])
     if request["vendor"]:
-        arrays = layout_arrays(mapping, request["regions"], np.dtype(request["dtype"]))
+        arrays = layout_arrays(mapping, request["regions"], numpy_dtype(request["dtype"]))
         call = _vendor_call(spec, arrays, ProblemSize.of(request["size"]).as_dict())
     else:
         call = _kernel_call(request, spec, base)

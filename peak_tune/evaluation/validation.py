@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from peak_tune.core import ArgSpec, KernelContext, KernelSpec, ProblemSize
@@ -61,12 +60,7 @@ GUARD_BYTES = 64 << 10  # guard bytes before and after every buffer: 16 pages
 _SENTINEL_BYTE = 0xA5  # the output guards' bit pattern, byte by byte
 _INPUT_PAD_BYTE = 0xFF  # the input guards': 0xFF..FF is a NaN in every float type
 ABS_FLOOR = 1e-30  # absolute tolerance added to the relative one (scale 0 stays checkable)
-_DTYPES: dict[str, Any] = {
-    "float16": np.float16,
-    "bfloat16": ml_dtypes.bfloat16,  # numpy has none: ml_dtypes' (CuPy has none either)
-    "float32": np.float32,
-    "float64": np.float64,
-}
+_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _INITIALISERS = ("uniform", "normal", "zeros", "ones")
 
 Allocate = Callable[[int], np.ndarray]  # bytes -> a writable 1-D uint8 array of that size
@@ -88,7 +82,14 @@ def numpy_dtype(dtype: str) -> np.dtype[Any]:
     if dtype not in _DTYPES:
         known = ", ".join(_DTYPES)
         raise UserError(f"unknown dtype {dtype!r}: expected one of {known}")
-    return np.dtype(_DTYPES[dtype])
+    if dtype == "bfloat16":
+        # numpy has none: ml_dtypes' (CuPy has none either). Imported here, not above:
+        # loading its extension takes 0.7-0.8 s of CPU, which every `peak-tune` process
+        # (and every worker) paid at start whatever its dtype.
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
 
 
 def size_label(spec: KernelSpec, size: ProblemSize) -> str:
