@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from provenance import provenance  # noqa: E402 (benchmarks/ is the script's folder)
 
 from benchmarks.cuda_backend_smoke import this_gpu_profile  # noqa: E402
 from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
@@ -61,9 +62,7 @@ def main() -> int:
     config = EvalConfig(timeout_s=args.timeout, warmup=1, repeats=7, max_timing_s=3.0)
     seed = seed_context(spec, "cuda")
     build = Path(os.environ.get("TMPDIR", "/tmp")) / "peak-tune-adversarial-cuda"
-    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "size": size.as_dict(),
-                               "dtype": args.dtype, "command": shlex.join(
-                                   [os.path.basename(sys.executable), *sys.argv]),
+    results: dict[str, Any] = {**provenance(), "size": size.as_dict(), "dtype": args.dtype,
                                "kernels": {}}
     with CudaBackend(this_gpu_profile()) as backend:
         results["fingerprint"] = dict(backend.fingerprint())

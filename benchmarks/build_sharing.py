@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from cuda_reference_check import ROOT, build  # benchmarks/ is the script's folder
+from provenance import provenance  # benchmarks/ is the script's folder
 
 from peak_tune.backends.cuda import profile_for_gpu
 from peak_tune.catalog.loaders import load_devices
@@ -82,9 +79,7 @@ def main() -> int:
               flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({
-            "date": time.strftime("%Y-%m-%d"), "command": shlex.join(["python3", *sys.argv]),
-            "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
-                                     capture_output=True).stdout.strip(),
+            **provenance(),
             "device": "none (CPU: the reference applier replays the recorded sequences)",
             "rows": rows}, indent=1))
     return 0

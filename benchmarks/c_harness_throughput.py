@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import sys
 import tempfile
@@ -28,6 +27,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from provenance import provenance  # noqa: E402 (benchmarks/ is the script's folder)
 
 from peak_tune.appliers.reference import ReferenceApplier  # noqa: E402
 from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
@@ -63,9 +64,8 @@ def main() -> int:
     size = ProblemSize.of({"M": args.size, "N": args.size, "K": args.size})
     config = EvalConfig(timeout_s=120.0)  # the search's defaults
     build = tempfile.mkdtemp(prefix="peak-tune-c-throughput-")
-    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "label": args.label,
-                              "size": size.as_dict(), "sequence": list(SEQUENCE),
-                              "command": shlex.join(["python3", *sys.argv])}
+    result: dict[str, Any] = {**provenance(), "label": args.label, "size": size.as_dict(),
+                              "sequence": list(SEQUENCE)}
     with backend:
         result["fingerprint"] = dict(backend.fingerprint())
         points = []

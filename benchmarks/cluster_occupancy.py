@@ -15,10 +15,10 @@ import json
 import os
 import sys
 import tempfile
-import time
 from typing import Any
 
 from cuda_reference_check import build, output_folder, this_gpu_profile, values
+from provenance import provenance  # benchmarks/ is the script's folder
 from wgmma_check import BASE, KERNELS
 
 from peak_tune.backends._cuda_launch import evaluate_launch
@@ -79,8 +79,7 @@ def main() -> int:
               f"cluster {cluster}: {row['clusters_launched']} launched, "
               f"{row['max_active_clusters']} at once (status {status}), "
               f"{blocks.value} block(s) per SM", flush=True)
-    out = {"date": time.strftime("%Y-%m-%d"), "sms": sms,
-           "command": " ".join(["python3", *sys.argv]), "rows": rows}
+    out = {**provenance(), "sms": sms, "rows": rows}
     (output_folder() / "cluster_occupancy.json").write_text(json.dumps(out, indent=1))
     return 0
 

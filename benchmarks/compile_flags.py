@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda_reference_check import ROOT, build, output_folder, row, this_gpu_profile, values
+from provenance import provenance  # benchmarks/ is the script's folder
 
 import peak_tune.backends.cuda as cuda_backend
 from peak_tune.backends.base import EvalConfig, EvalRequest
@@ -80,8 +81,7 @@ def main() -> int:
     if args.size:
         points = [{**p, "size": f"{args.size}x{args.size}x{args.size}"} for p in points]
     config = EvalConfig(timeout_s=60.0, warmup=3, repeats=args.repeats, max_timing_s=5.0)
-    out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"),
-                           "command": shlex.join(["python3", *sys.argv]),
+    out: dict[str, Any] = {**provenance(),
                            "flag_sets": [" ".join(f) for f in flag_sets], "vendor": {},
                            "points": []}
     folder = output_folder()

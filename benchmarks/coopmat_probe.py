@@ -34,7 +34,6 @@ import os
 import struct
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -42,6 +41,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from provenance import provenance  # noqa: E402 (benchmarks/ is the script's folder)
 
 from peak_tune.backends._hlsl_compile import compile_spirv, find_compiler  # noqa: E402
 from peak_tune.backends._vulkan import VulkanDevice  # noqa: E402
@@ -249,8 +250,7 @@ def main() -> int:
                         help="only the probes whose label is one of these (comma-separated)")
     parser.add_argument("--out", default="coopmat_probe.json")
     args = parser.parse_args()
-    result: dict[str, Any] = {"benchmark": "coopmat_probe", "date": time.strftime("%Y-%m-%d"),
-                              "command": " ".join(["python3", *sys.argv]), "iters": ITERS,
+    result: dict[str, Any] = {"benchmark": "coopmat_probe", **provenance(), "iters": ITERS,
                               "robust_access_off": os.environ.get("PEAK_TUNE_VULKAN_UNBOUNDED")
                               == "1",
                               "rows": []}

@@ -13,23 +13,16 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance  # benchmarks/ is the script's folder
+
 from peak_tune.session.config import TuneConfig
 from peak_tune.session.progress import summary
 from peak_tune.session.tune import open_session
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def run_size(size: int, trials: int, seed: int, results: Path, sampler: str) -> dict[str, Any]:
@@ -66,11 +59,8 @@ def main() -> None:
                                  args.sampler))
     record = {
         "benchmark": "cpu_matmul",
-        "date": time.strftime("%Y-%m-%d"),
+        **provenance(),
         "device": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "command": f"python benchmarks/cpu_matmul.py --trials {args.trials} "
-                   f"--sizes {args.sizes} --seed {args.seed} --sampler {args.sampler}",
-        "commit": _commit(),
         "runs": rows,
     }
     out = args.out or os.path.join(os.environ.get("OUT", "."), "cpu_matmul.json")

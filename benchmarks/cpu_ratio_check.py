@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import commit  # benchmarks/ is the script's folder
 
 from peak_tune.backends.c import FLAGS, CBackend
 from peak_tune.catalog.resolve import Catalog
@@ -41,14 +42,6 @@ from peak_tune.harness.vendor import load_average
 
 TOLERANCE = 0.10  # the printed ratio within 10% of the one timed alone
 _FLUSH_BYTES = 64 << 20
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _peak_tune(*args: str) -> tuple[list[str], dict[str, Any]]:
@@ -218,7 +211,7 @@ def _report(args: argparse.Namespace, command: list[str], export: list[str],
     return {
         "benchmark": "cpu_ratio_check",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "device": device, "peak_gflops": peaks, "commit": _commit(),
+        "device": device, "peak_gflops": peaks, "commit": commit(),
         "command": " ".join(command[2:]).replace("peak_tune.cli", "peak-tune"),
         "export": " ".join(export[2:]).replace("peak_tune.cli", "peak-tune"),
         "trials": args.trials,

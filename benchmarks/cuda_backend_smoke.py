@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from provenance import provenance  # noqa: E402 (benchmarks/ is the script's folder)
 
 from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
 from peak_tune.backends.cuda import CudaBackend  # noqa: E402
@@ -81,9 +81,7 @@ def main() -> int:
     size = ProblemSize.of({"M": args.size, "N": args.size, "K": args.size})
     config = EvalConfig(timeout_s=300.0, warmup=2, repeats=args.repeats, max_timing_s=30.0)
     profile = this_gpu_profile()
-    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "size": size.as_dict(),
-                               "command": shlex.join([os.path.basename(sys.executable),
-                                                      *sys.argv]), "runs": {}}
+    results: dict[str, Any] = {**provenance(), "size": size.as_dict(), "runs": {}}
     with CudaBackend(profile) as backend:
         results["fingerprint"] = dict(backend.fingerprint())
         build = Path(os.environ.get("TMPDIR", "/tmp")) / "peak-tune-cuda-smoke"

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from optuna.trial import TrialState
+from provenance import provenance  # benchmarks/ is the script's folder
 
 from peak_tune.backends.base import BUILD_BUDGET
 from peak_tune.executors.base import time_report
@@ -181,19 +182,7 @@ def main() -> None:
         row["triton"] = {} if args.no_triton else triton_row(dtype, int(n))
         rows.append(row)
         Path(args.out).write_text(json.dumps({"rows": rows}, indent=1))
-    record = {"benchmark": "cuda_matmul", "date": time.strftime("%Y-%m-%d"),
-              "device": _driver(), "command": "python benchmarks/cuda_matmul.py "
-              f"--trials {args.trials} --paper-trials {args.paper_trials} "
-              f"--seconds {args.seconds} --configs {args.configs}"
-              + (" --no-paper" if args.no_paper else "")
-              + (" --no-triton" if args.no_triton else "")
-              + (" --profile" if args.profile else "")
-              + (f" --study {args.study}" if args.study else "")
-              + (" --warm-start" if args.warm_start else "")
-              + (f" --ask-ahead {args.ask_ahead}" if args.ask_ahead >= 0 else "")
-              + (f" --build-budget {args.build_budget:g}"
-                 if args.build_budget != BUILD_BUDGET else ""),
-              "rows": rows}
+    record = {"benchmark": "cuda_matmul", **provenance(), "device": _driver(), "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")
     print(f"{'dtype':<8} {'n':>5} {'search/cuBLAS':>13} {'trials':>6} {'trials/s':>8} "

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from collections.abc import Mapping
@@ -31,6 +30,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from provenance import provenance  # noqa: E402 (benchmarks/ is the script's folder)
 
 from peak_tune.appliers.reference.cuda_matmul import apply_transformation  # noqa: E402
 from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
@@ -201,10 +202,8 @@ def main() -> int:
     config = EvalConfig(timeout_s=60.0, warmup=2, repeats=args.repeats, max_timing_s=5.0)
     sizes = {"square": ProblemSize.of({"M": args.size, "N": args.size, "K": args.size}),
              "odd": ProblemSize.of({"M": args.odd, "N": args.odd, "K": args.odd})}
-    out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "sizes": {k: v.as_dict() for k, v
-                                                                         in sizes.items()},
-                           "command": shlex.join(["python3", *sys.argv]), "device_profile":
-                           device.name, "vendor": {}, "timed": [], "coverage": []}
+    out: dict[str, Any] = {**provenance(), "sizes": {k: v.as_dict() for k, v in sizes.items()},
+                           "device_profile": device.name, "vendor": {}, "timed": [], "coverage": []}
     build_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "peak-tune-cuda-reference"
     folder = output_folder()
 

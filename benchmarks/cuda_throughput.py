@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -32,6 +31,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from provenance import provenance  # noqa: E402 (benchmarks/ is the script's folder)
 
 from peak_tune.appliers.reference.cuda_matmul import apply_transformation  # noqa: E402
 from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
@@ -90,10 +91,8 @@ def main() -> int:
     size = ProblemSize.of({"M": args.size, "N": args.size, "K": args.size})
     config = EvalConfig(timeout_s=120.0)  # the search's defaults: 1 warm-up, 7 repeats
     build = Path(os.environ.get("TMPDIR", "/tmp")) / "peak-tune-cuda-throughput"
-    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "label": args.label,
-                              "size": size.as_dict(), "config": {"warmup": config.warmup,
-                                                                 "repeats": config.repeats},
-                              "command": shlex.join(["python3", *sys.argv])}
+    result: dict[str, Any] = {**provenance(), "label": args.label, "size": size.as_dict(),
+                              "config": {"warmup": config.warmup, "repeats": config.repeats}}
     with CudaBackend(device) as backend:
         result["fingerprint"] = dict(backend.fingerprint())
         started = time.perf_counter()

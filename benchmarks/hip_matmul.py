@@ -20,13 +20,13 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cuda_matmul import _driver, study_row  # noqa: E402
+from provenance import provenance  # benchmarks/ is the script's folder
 
 from peak_tune.errors import UserError  # noqa: E402
 
@@ -48,8 +48,7 @@ def main() -> int:
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     record: dict[str, Any] = {
-        "benchmark": "hip_matmul", "date": time.strftime("%Y-%m-%d"), "device": _driver(),
-        "command": "python benchmarks/hip_matmul.py " + " ".join(sys.argv[1:]),
+        "benchmark": "hip_matmul", **provenance(), "device": _driver(),
         "rows": rows}
     searched: dict[str, str] = {}  # dtype -> its last HIP search study (--warm-start)
     for config in args.configs.split(","):

@@ -12,13 +12,14 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from provenance import provenance  # noqa: E402 (benchmarks/ is the script's folder)
 
 from peak_tune.catalog.loaders import load_spec  # noqa: E402
 from peak_tune.core import ProblemSize  # noqa: E402
@@ -53,14 +54,10 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "hlsl_host_cost.json"))
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False, cwd=ROOT).stdout.strip()
     rows = [measure(int(n), args.rounds) for n in args.sizes.split(",")]
-    record = {"benchmark": "hlsl_host_cost", "date": time.strftime("%Y-%m-%d"),
+    record = {"benchmark": "hlsl_host_cost", **provenance(),
               "device": f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
-              "cores (host only)", "commit": commit,
-              "command": f"python benchmarks/hlsl_host_cost.py --sizes {args.sizes} "
-              f"--rounds {args.rounds}", "rows": rows}
+              "cores (host only)", "rows": rows}
     Path(args.out).write_text(json.dumps(record, indent=1))
     for row in rows:
         print(json.dumps(row))

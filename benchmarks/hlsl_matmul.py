@@ -18,23 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cuda_matmul import _driver, study_row  # noqa: E402
+from provenance import provenance  # benchmarks/ is the script's folder
 
 PAPER_HLSL = ("refactor", "tb-tiling", "thread-tiling")  # the paper's Adreno sequence
-
-
-def _commit() -> str:
-    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                           text=True, check=False, cwd=Path(__file__).resolve().parents[1])
-    return found.stdout.strip() or os.environ.get("PEAK_TUNE_COMMIT", "unknown")
 
 
 def _brief(data: dict[str, Any]) -> dict[str, Any]:
@@ -68,14 +61,7 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                       "hlsl_matmul.json"))
     args = parser.parse_args()
-    command = ("python benchmarks/hlsl_matmul.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-        if k not in ("out", "no_paper", "no_search", "sequence", "warm_start"))
-        + (f" --warm-start {args.warm_start}" if args.warm_start else "")
-        + (" --no-paper" if args.no_paper else "") + (" --no-search" if args.no_search else "")
-        + (f" --sequence {args.sequence}" if args.sequence else ""))
-    record: dict[str, Any] = {"benchmark": "hlsl_matmul", "date": time.strftime("%Y-%m-%d"),
-                              "device": _driver(), "commit": _commit(), "command": command,
+    record: dict[str, Any] = {"benchmark": "hlsl_matmul", **provenance(), "device": _driver(),
                               "rows": []}
     for config in args.configs.split(","):
         dtype, n = config.split(":")

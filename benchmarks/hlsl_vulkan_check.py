@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from provenance import provenance  # noqa: E402 (benchmarks/ is the script's folder)
 
 from peak_tune.backends.base import EvalConfig, EvalRequest  # noqa: E402
 from peak_tune.backends.cuda import CudaBackend  # noqa: E402
@@ -201,14 +202,6 @@ def _ablations(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return found
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, cwd=ROOT, check=False).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="h200")
@@ -259,8 +252,7 @@ def main() -> int:
                    if any(part in shader[0] for part in args.only.split(","))]
     rows: list[dict[str, object]] = []
     result = {"benchmark": "hlsl_vulkan_check", "dtype": dtype,
-              "date": time.strftime("%Y-%m-%d"), "device": {}, "commit": _commit(),
-              "command": " ".join(["python3", *sys.argv]), "rows": rows}
+              **provenance(), "device": {}, "rows": rows}
     build = tempfile.mkdtemp(prefix="peak-tune-hlsl-check-")
     with HlslBackend(through_vulkan) as hlsl, CudaBackend(gpu) as cuda:
         result["device"] = hlsl.fingerprint()

@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +26,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from provenance import provenance  # noqa: E402 (benchmarks/ is the script's folder)
 
 from peak_tune.appliers.llm import _check_step as step_checks  # noqa: E402
 from peak_tune.appliers.llm import backend_compile_check, backend_result_check  # noqa: E402
@@ -107,11 +107,8 @@ def main() -> int:
             rows.append(measure_step(parent, catalog[tid], child, fresh_compile,
                                      fresh_result, args.repeats))
             parent = child
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    result = {"benchmark": "llm_step_checks", "date": time.strftime("%Y-%m-%d"),
+    result = {"benchmark": "llm_step_checks", **provenance(),
               "device": device.title, "cpu": dict(backend.fingerprint()),
-              "commit": commit, "command": shlex.join(["python3", *sys.argv]),
               "repeats": args.repeats, "steps": rows,
               "worst_share": max(r["checks_share_of_step"] for r in rows),
               "worst_share_with_a_5s_reply": max(r["checks_share_with_a_5s_reply"]

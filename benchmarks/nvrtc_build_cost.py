@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from cuda_reference_check import ROOT, build, values  # benchmarks/ is the script's folder
+from provenance import provenance  # benchmarks/ is the script's folder
 
 from peak_tune.backends.cuda import CudaBackend
 from peak_tune.catalog.loaders import load_device
@@ -69,7 +68,7 @@ def main() -> int:
               f"of the first, {used}")
     if args.out:
         Path(args.out).write_text(json.dumps({
-            "date": time.strftime("%Y-%m-%d"), "command": shlex.join(["python3", *sys.argv]),
+            **provenance(),
             "device_profile": args.device, "dtype": args.dtype, "point": POINT,
             "runs": args.runs, "rows": rows}, indent=1))
     return 0

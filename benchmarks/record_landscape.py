@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_matmul import _driver, study_row  # type: ignore[import-not-found]  # noqa: E402
+from provenance import commit  # benchmarks/ is the script's folder
 
 from peak_tune.session.recording import study_outcomes  # noqa: E402
 
@@ -63,7 +64,7 @@ def main() -> None:
         outcomes, vendor_timing = study_outcomes(Path(args.results), studies)
         path = Path(args.out_dir) / f"landscape-{dtype}-{n}{args.tag}.json"
         path.write_text(json.dumps({
-            "recorded": time.strftime("%Y-%m-%d"), "device": _driver(),
+            "recorded": time.strftime("%Y-%m-%d"), "device": _driver(), "commit": commit(),
             "backend": args.backend or "cuda", "dtype": dtype,
             "command": "python benchmarks/record_landscape.py "
                        f"--configs {config} --samplers {args.samplers} "

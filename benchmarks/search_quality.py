@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance  # benchmarks/ is the script's folder
+
 from peak_tune.backends.replay import replay_key, surrogate_fidelity
 from peak_tune.session.config import TuneConfig
 from peak_tune.session.tune import open_session
@@ -144,13 +146,10 @@ def main() -> None:
                                                    for r in mine),
         })
     result = {
-        "benchmark": "search_quality", "date": time.strftime("%Y-%m-%d"),
+        "benchmark": "search_quality", **provenance(),
         "recording": args.recording, "recorded_on": data.get("device"),
         "space_points": len(data["outcomes"]), "recorded_best_gflops": optimum,
         "seeds": list(seeds), "trials": args.trials,
-        "command": f"python benchmarks/search_quality.py --recording {args.recording} "
-                   f"--seeds {args.seeds} --first-seed {args.first_seed} "
-                   f"--trials {args.trials} --strategies {args.strategies}",
         "rows": rows}
     if data.get("partial"):
         result["surrogate_fidelity"] = surrogate_fidelity(data["outcomes"])

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from collections.abc import Mapping
@@ -36,6 +35,7 @@ from cuda_reference_check import (  # benchmarks/ is the script's folder
     time_vendors,
     values,
 )
+from provenance import provenance  # benchmarks/ is the script's folder
 
 from peak_tune.backends.base import EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend
@@ -95,8 +95,7 @@ def main() -> int:
     config = EvalConfig(timeout_s=60.0, warmup=3, repeats=args.repeats, max_timing_s=5.0)
     sizes = {n: ProblemSize.of({"M": int(n), "N": int(n), "K": int(n)})
              for n in args.sizes.split(",")}
-    out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"),
-                           "command": shlex.join(["python3", *sys.argv]),
+    out: dict[str, Any] = {**provenance(),
                            "device_profile": device.name, "checks": [c.as_dict() for c in checks],
                            "vendor": {}, "timed": []}
     folder = output_folder()

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from cuda_reference_check import (  # benchmarks/ is the script's folder
     time_vendors,
     values,
 )
+from provenance import provenance  # benchmarks/ is the script's folder
 
 from peak_tune.backends.base import EvalConfig
 from peak_tune.backends.cuda import CudaBackend
@@ -213,8 +212,7 @@ def main() -> int:
     config = EvalConfig(timeout_s=60.0, warmup=3, repeats=args.repeats, max_timing_s=5.0)
     sizes = {"square": ProblemSize.of({"M": args.size, "N": args.size, "K": args.size}),
              "odd": ProblemSize.of({"M": args.odd, "N": args.odd, "K": args.odd})}
-    out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"),
-                           "command": shlex.join(["python3", *sys.argv]),
+    out: dict[str, Any] = {**provenance(),
                            "device_profile": device.name,
                            "sizes": {k: v.as_dict() for k, v in sizes.items()},
                            "checks": [c.as_dict() for c in checks], "vendor": {}, "timed": [],
