@@ -23,8 +23,8 @@ from peak_tune.backends._worker_child import serve
 from peak_tune.backends.wire import spec_from_wire
 from peak_tune.core import KernelSpec, ProblemSize, VendorCall, vendor_call
 from peak_tune.errors import CompileError, UserError
-from peak_tune.expr import evaluate, evaluate_int
 from peak_tune.evaluation.validation import numpy_dtype
+from peak_tune.expr import evaluate, evaluate_int
 from peak_tune.harness.arena import PROT_NONE, PROT_READ, map_for_kernel, set_access
 from peak_tune.harness.host_judge import layout_arrays
 

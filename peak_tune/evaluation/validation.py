@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from peak_tune.catalog.types import DTYPES
 from peak_tune.core import ArgSpec, KernelContext, KernelSpec, ProblemSize
 from peak_tune.errors import CatalogError, InvalidPoint, UserError, WrongResult
 from peak_tune.expr import evaluate, evaluate_bool, evaluate_int
@@ -60,7 +61,6 @@ GUARD_BYTES = 64 << 10  # guard bytes before and after every buffer: 16 pages
 _SENTINEL_BYTE = 0xA5  # the output guards' bit pattern, byte by byte
 _INPUT_PAD_BYTE = 0xFF  # the input guards': 0xFF..FF is a NaN in every float type
 ABS_FLOOR = 1e-30  # absolute tolerance added to the relative one (scale 0 stays checkable)
-_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _INITIALISERS = ("uniform", "normal", "zeros", "ones")
 
 Allocate = Callable[[int], np.ndarray]  # bytes -> a writable 1-D uint8 array of that size
@@ -79,8 +79,8 @@ def guard_elements(itemsize: int) -> int:
 
 def numpy_dtype(dtype: str) -> np.dtype[Any]:
     """The numpy dtype for a dtype name ("float32"); UserError for an unknown name."""
-    if dtype not in _DTYPES:
-        known = ", ".join(_DTYPES)
+    if dtype not in DTYPES:
+        known = ", ".join(DTYPES)
         raise UserError(f"unknown dtype {dtype!r}: expected one of {known}")
     if dtype == "bfloat16":
         # numpy has none: ml_dtypes' (CuPy has none either). Imported here, not above:
