@@ -776,10 +776,11 @@ def test_stream_k_walks_units_and_hands_partial_sums_over(cuda_catalog, cuda_see
     # the TMA issuer, the cp.async producer and the MMA warpgroups walk the same units,
     # each over the unit's K tiles; no role walks whole tiles any more
     assert kernel.count(_UNIT_LOOP) == 3 and _TILE_LOOP not in kernel
-    assert kernel.count("for (int t = kb; t < ke; ++t, ++it)") == 3
+    assert kernel.count("for (int i = kb, t = pt_sk_k(i, kb, ke); i < ke; ++i, "
+                        "t = pt_sk_k(i, kb, ke), ++it)") == 3
     assert "if (gridDim.x > PT_SK_SLOTS) __trap();" in kernel
     consumers = kernel.split("pt_regs_inc<PT_MMA_REGS>();")[1]
-    assert "if (t > kb && wl % 32 == 0) pt_bar_arrive(&pt_empty[(it - 1) % PT_STAGES]);" \
+    assert "if (i > kb && wl % 32 == 0) pt_bar_arrive(&pt_empty[(it - 1) % PT_STAGES]);" \
         in consumers
     # after the unit's MMAs: a piece without the tile's first K tile leaves its sums and
     # stores nothing; the holder of the first K tile adds the rest, then stores C
@@ -826,8 +827,12 @@ int main() {
             std::printf("block %d %lld %lld\n", b, pt_sk_lo(b, total, ktiles),
                         pt_sk_lo(b + 1, total, ktiles));
             int tile, kb, ke;
-            for (int n = 0; pt_sk_unit(n, total, ktiles, tile, kb, ke); ++n)
+            for (int n = 0; pt_sk_unit(n, total, ktiles, tile, kb, ke); ++n) {
                 std::printf("unit %d %d %d %d %d\n", b, n, tile, kb, ke);
+                std::printf("steps %d", b);
+                for (int i = kb; i < ke; ++i) std::printf(" %d", pt_sk_k(i, kb, ke));
+                std::printf("\n");
+            }
         }
         std::printf("end\n");
     }
@@ -853,14 +858,17 @@ def _stream_k_units(source: str, cases: list[tuple[int, int, int]],
     out = subprocess.run([str(tmp_path / "units")], check=True, capture_output=True, text=True,
                          input="".join(f"{t} {k} {g}\n" for t, k, g in cases)).stdout
     runs: list[dict] = []
-    current: dict = {"runs": {}, "units": []}
+    current: dict = {"runs": {}, "units": [], "steps": {}}
     for line in out.splitlines():
         word, *numbers = line.split()
         if word == "end":
             runs.append(current)
-            current = {"runs": {}, "units": []}
+            current = {"runs": {}, "units": [], "steps": {}}
         elif word == "block":
             current["runs"][int(numbers[0])] = (int(numbers[1]), int(numbers[2]))
+        elif word == "steps":  # the K tiles of the unit just printed, in the order computed
+            current["steps"].setdefault(int(numbers[0]), []).append(
+                [int(k) for k in numbers[1:]])
         else:
             current["units"].append(tuple(map(int, numbers)))
     return runs
@@ -906,6 +914,10 @@ def test_stream_k_units_cover_every_k_tile_once_and_every_hand_over_has_a_taker(
                          if walk["runs"][c][0] < end and walk["runs"][c][1] > walk["runs"][c][0]}
                 assert takes == givers.pop(tile), (total, ktiles, grid, tile)
         assert not givers  # every sum left behind is taken
+        for (block, _, _, kb, ke), steps in zip(
+                walk["units"], (s for b in sorted(walk["steps"]) for s in walk["steps"][b]),
+                strict=True):
+            assert sorted(steps) == list(range(kb, ke)), (total, ktiles, grid, block)
         # runs of at least PT_SK_MIN_RUN K tiles where the partial wave has enough of them,
         # and never fewer blocks than its tiles
         sizes = [hi - lo for lo, hi in walk["runs"].values() if hi > lo]
@@ -916,6 +928,31 @@ def test_stream_k_units_cover_every_k_tile_once_and_every_hand_over_has_a_taker(
                 assert len(sizes) == grid
             elif len(sizes) > left:
                 assert min(sizes) >= 8, (total, ktiles, grid, sizes)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler (g++)")
+def test_stream_k_blocks_walk_the_shared_wave_at_nearly_the_same_k_tiles(
+    cuda_catalog, cuda_seed, h200, tmp_path
+):
+    """The shared wave's blocks, stepping together, read nearly the same K tiles of A and
+    B at each step (as a wave of whole tiles does, from L2): within ktiles - L + 1 K
+    tiles, L the shortest run; at 4096 (runs of 56 of 64 K tiles) within 9, where
+    walking each piece upwards spreads them over all 64."""
+    source = build(cuda_seed, STREAM_K["stream-k"], cuda_catalog, h200).source
+    cases = [(512, 64, 132), (2048, 128, 132), (1024, 64, 132), (600, 64, 132),
+             (256, 64, 132), (1000, 5, 114)]
+    for (total, ktiles, grid), walk in zip(cases, _stream_k_units(source, cases, tmp_path),
+                                           strict=True):
+        whole = total // grid  # units before these are whole tiles, at the same K tile
+        shared = [[k for steps in walk["steps"][b][whole:] for k in steps]
+                  for b in sorted(walk["steps"])]
+        shared = [run for run in shared if run]
+        shortest = min(len(run) for run in shared)
+        widest = max(max(at) - min(at) + 1 for at in (
+            [run[s] for run in shared if s < len(run)] for s in range(shortest)))
+        assert widest <= ktiles - shortest + 1, (total, ktiles, grid, widest, shortest)
+        if (total, ktiles) == (512, 64):
+            assert (shortest, widest) == (56, 9)
 
 
 @needs_nvrtc

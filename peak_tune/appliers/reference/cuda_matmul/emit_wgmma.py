@@ -350,8 +350,9 @@ def _k_tiles(plan: Plan) -> str:
     """The loop over the K tiles of the block's (current) output tile; with stream-k over
     the unit's K tiles [kb, ke)."""
     more = ", ++it" if plan.persistent else ""
-    if plan.stream_k:
-        return f"for (int t = kb; t < ke; ++t{more})"
+    if plan.stream_k:  # step i computes K tile t (pt_sk_k: downwards)
+        return (f"for (int i = kb, t = pt_sk_k(i, kb, ke); i < ke; ++i, "
+                f"t = pt_sk_k(i, kb, ke){more})")
     return f"for (int t = 0; t < tiles; ++t{more})"
 
 
@@ -544,7 +545,7 @@ def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
         _mma_tile(writer)
         writer.lines("pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
                      "pt_wg_fence_acc(acc);",
-                     f"if (t > {_first_k_tile(plan)} && {release}(&pt_empty[({n} - 1) "
+                     f"if ({_later_step(plan)} && {release}(&pt_empty[({n} - 1) "
                      f"% PT_STAGES]{rank});")
     if plan.pingpong:
         writer.line("if (wl % 32 == 0) pt_bar_arrive(&pt_order[grp ^ 1]); // ping-pong: the "
@@ -557,8 +558,9 @@ def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
                     f"({_k_tiles_done(plan)} - 1) % PT_STAGES]{rank});")
 
 
-def _first_k_tile(plan: Plan) -> str:
-    return "kb" if plan.stream_k else "0"
+def _later_step(plan: Plan) -> str:
+    """Past the first step of the K loop (stream-k counts its steps in i)."""
+    return "i > kb" if plan.stream_k else "t > 0"
 
 
 def _stream_k_hand_over(writer: CodeWriter) -> None:

@@ -1,0 +1,40 @@
+"""benchmarks/stream_k_probe.py without a GPU: the variants it times are stream-k's own
+source with one line edited each, so they must still find those lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from peak_tune.catalog.loaders import load_devices
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def probe(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import stream_k_probe  # benchmarks/ is not a package
+
+    return stream_k_probe
+
+
+def test_each_variant_differs_from_stream_k_by_its_one_edit(probe: ModuleType) -> None:
+    h100 = load_devices([ROOT / "backends" / "devices"])["h100"]
+    found = dict(probe.variants(h100, 64))
+    emitted = found["stream-k"].source.splitlines()
+    assert "stream-k" not in found["persistent"].applied
+    for name, edit in (("stream-k whole runs", "#define PT_SK_MIN_RUN 64 "),
+                       ("stream-k upwards", "    return i;")):
+        lines = found[name].source.splitlines()
+        changed = [(a, b) for a, b in zip(emitted, lines, strict=True) if a != b]
+        assert len(changed) == 1 and changed[0][1].startswith(edit), name
+
+
+def test_a_source_without_the_line_is_refused_by_name(probe: ModuleType) -> None:
+    h100 = load_devices([ROOT / "backends" / "devices"])["h100"]
+    stream_k = dict(probe.variants(h100, 64))["stream-k"]
+    with pytest.raises(SystemExit, match="no longer has 'return i - 1;'"):
+        probe.edited(stream_k, "return i - 1;", "return i;")
