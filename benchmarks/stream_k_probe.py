@@ -40,7 +40,7 @@ from wgmma_check import BASE, KERNELS, STREAM_K, STREAM_K_CHECKS
 from peak_tune.backends.base import EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend
 from peak_tune.catalog.loaders import load_spec
-from peak_tune.core import KernelContext, ProblemSize
+from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 
 MIN_RUN = "#define PT_SK_MIN_RUN 8 "
 DOWNWARDS = "    return kb + ke - 1 - i;\n"
@@ -62,6 +62,21 @@ def variants(device: Any, ktiles: int) -> list[tuple[str, KernelContext]]:
             ("stream-k", stream_k),
             ("stream-k whole runs", edited(stream_k, MIN_RUN, f"#define PT_SK_MIN_RUN {ktiles} ")),
             ("stream-k upwards", edited(stream_k, DOWNWARDS, "    return i;\n"))]
+
+
+def profiled(backend: CudaBackend, spec: KernelSpec, context: KernelContext, size: ProblemSize,
+             config: EvalConfig, build_dir: Path) -> dict[str, Any]:
+    """ncu's figures for one launch of the variant at `size`, or why there are none (the
+    timings already taken are kept either way)."""
+    params = values(context, BASE)
+    try:
+        artifact = backend.compile(context, params, "float16", str(build_dir))
+        report = backend.profile(artifact, EvalRequest(spec, context, params, "float16", size,
+                                                       (), config))
+    except Exception as exc:  # one variant's profile must not end the run
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return {"summary": report.summary(),
+            "metrics": {k: v for k, v in report.metrics.items() if k in NCU_WANTED}}
 
 
 def main() -> int:
@@ -98,13 +113,9 @@ def main() -> int:
                     path.write_text(json.dumps(out, indent=1))
             if args.ncu and not out["ncu"]:
                 for name, context in chosen:
-                    params = values(context, BASE)
-                    artifact = backend.compile(context, params, "float16", str(build_dir))
-                    report = backend.profile(artifact, EvalRequest(spec, context, params,
-                                                                   "float16", size, (), config))
-                    out["ncu"][name] = {"size": n, "summary": report.summary(), "metrics": {
-                        k: v for k, v in report.metrics.items() if k in NCU_WANTED}}
-                    print(f"ncu {name:22} {out['ncu'][name]['metrics']}", flush=True)
+                    out["ncu"][name] = {"size": n, **profiled(backend, spec, context, size,
+                                                              config, build_dir)}
+                    print(f"ncu {name:22} {out['ncu'][name]}", flush=True)
                     path.write_text(json.dumps(out, indent=1))
     return 0
 
