@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from cuda_reference_check import (  # benchmarks/ is the script's folder
-    ROOT,
     Runner,
     build,
     output_folder,
@@ -39,7 +38,7 @@ from wgmma_check import BASE, KERNELS, STREAM_K, STREAM_K_CHECKS
 
 from peak_tune.backends.base import EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend
-from peak_tune.catalog.loaders import load_spec
+from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 
 MIN_RUN = "#define PT_SK_MIN_RUN 8 "
@@ -56,7 +55,7 @@ def edited(context: KernelContext, old: str, new: str) -> KernelContext:
     return dataclasses.replace(context, source=context.source.replace(old, new))
 
 
-def variants(device: Any, ktiles: int) -> list[tuple[str, KernelContext]]:
+def variants(device: DeviceProfile, ktiles: int) -> list[tuple[str, KernelContext]]:
     stream_k = build(STREAM_K, device)
     return [("persistent", build(KERNELS["budget tma store persistent "], device)),
             ("stream-k", stream_k),
@@ -86,7 +85,6 @@ def main() -> int:
     parser.add_argument("--ncu", action="store_true", help="Nsight Compute at the first size")
     args = parser.parse_args()
     device = this_gpu_profile()
-    spec = load_spec(ROOT / "seeds" / "matmul")
     config = EvalConfig(timeout_s=60.0, warmup=3, repeats=20, max_timing_s=5.0)
     build_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "peak-tune-stream-k"
     out: dict[str, Any] = {**provenance(), "point": BASE, "rows": [], "vendor": {}, "ncu": {}}
@@ -113,7 +111,7 @@ def main() -> int:
                     path.write_text(json.dumps(out, indent=1))
             if args.ncu and not out["ncu"]:
                 for name, context in chosen:
-                    out["ncu"][name] = {"size": n, **profiled(backend, spec, context, size,
+                    out["ncu"][name] = {"size": n, **profiled(backend, runner.spec, context, size,
                                                               config, build_dir)}
                     print(f"ncu {name:22} {out['ncu'][name]}", flush=True)
                     path.write_text(json.dumps(out, indent=1))
