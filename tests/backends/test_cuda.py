@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from peak_tune.backends._cuda_device import HELD_RUNS_VARIABLE
 from peak_tune.backends.base import EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend, profile_for_gpu, visible_gpu
 from peak_tune.catalog.loaders import load_devices, load_spec
@@ -397,3 +398,62 @@ def test_a_kernel_without_a_declared_vendor_has_none_on_the_gpu(backend: CudaBac
     with pytest.raises(NoVendorLibrary, match="declares no vendor call on cuda"):
         backend.time_vendor(user_spec, "float32", ProblemSize.of(USER_SIZES["softmax"]),
                             CONFIG)
+
+
+# ---------------------------------------------------------------- runs checked in batches
+
+# Correct for its first LATE_LAUNCH launches, then it skips the work: with the check
+# sizes, the validation and the warm-up before them, its later timed runs are wrong.
+LATE_LAUNCH = 12
+LATE_SOURCE = f"""\
+__device__ unsigned int launches = 0;
+__device__ unsigned int blocks_done = 0;
+
+extern "C" __global__ void matmul(const DTYPE *A, const DTYPE *B, DTYPE *C, int M, int N, int K) {{
+    unsigned int launch = launches;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (launch < {LATE_LAUNCH} && row < M && col < N) {{
+        ACC acc = 0;
+        for (int k = 0; k < K; k++) acc += (ACC)A[row * K + k] * (ACC)B[k * N + col];
+        C[row * N + col] = (DTYPE)acc;
+    }}
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {{
+        __threadfence();
+        if (atomicAdd(&blocks_done, 1u) == gridDim.x * gridDim.y - 1) {{
+            launches = launch + 1;
+            blocks_done = 0;
+        }}
+    }}
+}}
+"""
+MANY_RUNS = EvalConfig(timeout_s=120.0, warmup=2, repeats=16, max_timing_s=60.0)
+
+
+@pytest.fixture(scope="module")
+def small_batches(profile: DeviceProfile) -> Iterator[CudaBackend]:
+    """A backend whose worker holds about two 512 fp32 runs for one check (about 10 MB
+    each), as a GPU too small for its runs does."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(HELD_RUNS_VARIABLE, str(24 << 20))
+        with CudaBackend(profile) as driver:
+            yield driver
+
+
+def test_runs_checked_in_batches_still_catch_a_wrong_run_in_a_later_batch(
+    small_batches: CudaBackend, spec: KernelSpec, build_dir: str
+) -> None:
+    assert LATE_LAUNCH > len(spec.check_sizes) + 1 + MANY_RUNS.warmup + 4  # batches of right runs
+    with pytest.raises(WrongResult):
+        run(small_batches, spec, build_dir, context_of(spec, LATE_SOURCE), config=MANY_RUNS)
+    # the seed on the same worker: every run right, every batch passes
+    measurement = run(small_batches, spec, build_dir, seed_context(spec, "cuda"),
+                      config=MANY_RUNS)
+    assert len(measurement.samples_ms) == MANY_RUNS.repeats
+
+
+def test_cublas_timed_in_batches_gives_every_run(small_batches: CudaBackend,
+                                                  spec: KernelSpec) -> None:
+    name, measurement = small_batches.time_vendor(spec, "float32", SQUARE, MANY_RUNS)
+    assert name.startswith("cuBLAS ") and len(measurement.samples_ms) == MANY_RUNS.repeats
