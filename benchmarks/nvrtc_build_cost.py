@@ -30,7 +30,7 @@ from peak_tune.catalog.loaders import load_device
 PREFIX = ("refactor", "tb-tiling", "tensor-core", "vector-loads", "pipelining", "wgmma",
           "warp-specialize", "block-swizzle", "tma", "register-budget", "tma-store")
 POINT = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
-         "SWIZZLE_GROUP": 8, "PRODUCER_REGS": 40}
+         "SWIZZLE_GROUP": 8, "PRODUCER_REGS": 40, "SK_DOWNWARDS": 1}
 
 
 def main() -> int:

@@ -5,8 +5,8 @@ accumulation, 128 x 256 x 64 tiles, 4 stages, register-budget and tma-store).
 
 - `whole runs`: PT_SK_MIN_RUN raised to the K tiles of a tile, so that every block's run
   is one whole output tile and no block hands sums over (the unit walk's own cost);
-- `upwards`: pt_sk_k walking each unit's K tiles upwards, as stream-k version 1 did, so
-  that the shared wave's blocks start at staggered K tiles (the L2 question).
+- `upwards`: SK_DOWNWARDS 0, each unit's K tiles walked upwards (as stream-k version 1
+  did), so that the shared wave's blocks start at staggered K tiles (the L2 question).
 
 With --ncu, Nsight Compute reads one launch of each at the first size: DRAM bytes, the
 L2 hit rate and the duration, the evidence for or against the L2.
@@ -42,7 +42,6 @@ from peak_tune.catalog.types import DeviceProfile
 from peak_tune.core import KernelContext, KernelSpec, ProblemSize
 
 MIN_RUN = "#define PT_SK_MIN_RUN 8 "
-DOWNWARDS = "    return kb + ke - 1 - i;\n"
 # what ncu reports that tells the L2 story (names as ncu prints them)
 NCU_WANTED = ("DRAM Throughput", "L2 Hit Rate", "Duration", "Memory Throughput",
               "L1/TEX Hit Rate", "Compute (SM) Throughput")
@@ -55,19 +54,22 @@ def edited(context: KernelContext, old: str, new: str) -> KernelContext:
     return dataclasses.replace(context, source=context.source.replace(old, new))
 
 
-def variants(device: DeviceProfile, ktiles: int) -> list[tuple[str, KernelContext]]:
+def variants(device: DeviceProfile,
+             ktiles: int) -> list[tuple[str, KernelContext, dict[str, int]]]:
+    """(name, kernel, its overrides of BASE) of each variant timed."""
     stream_k = build(STREAM_K, device)
-    return [("persistent", build(KERNELS["budget tma store persistent "], device)),
-            ("stream-k", stream_k),
-            ("stream-k whole runs", edited(stream_k, MIN_RUN, f"#define PT_SK_MIN_RUN {ktiles} ")),
-            ("stream-k upwards", edited(stream_k, DOWNWARDS, "    return i;\n"))]
+    return [("persistent", build(KERNELS["budget tma store persistent "], device), {}),
+            ("stream-k", stream_k, {}),
+            ("stream-k whole runs",
+             edited(stream_k, MIN_RUN, f"#define PT_SK_MIN_RUN {ktiles} "), {}),
+            ("stream-k upwards", stream_k, {"SK_DOWNWARDS": 0})]
 
 
-def profiled(backend: CudaBackend, spec: KernelSpec, context: KernelContext, size: ProblemSize,
-             config: EvalConfig, build_dir: Path) -> dict[str, Any]:
+def profiled(backend: CudaBackend, spec: KernelSpec, context: KernelContext,
+             params: dict[str, int], size: ProblemSize, config: EvalConfig,
+             build_dir: Path) -> dict[str, Any]:
     """ncu's figures for one launch of the variant at `size`, or why there are none (the
     timings already taken are kept either way)."""
-    params = values(context, BASE)
     try:
         artifact = backend.compile(context, params, "float16", str(build_dir))
         report = backend.profile(artifact, EvalRequest(spec, context, params, "float16", size,
@@ -98,10 +100,11 @@ def main() -> int:
                                             config)["square"]
             chosen = variants(device, n // BASE["TILE_K_SIZE"])
             for turn in range(args.rounds):
-                for name, context in chosen:
+                for name, context, overrides in chosen:
                     # the stream-k variants are checked where tiles are shared, once
                     checks = STREAM_K_CHECKS if turn == 0 and name != "persistent" else ()
-                    result = runner.run(context, values(context, BASE), "float16", size, checks)
+                    params = values(context, {**BASE, **overrides})
+                    result = runner.run(context, params, "float16", size, checks)
                     result.pop("samples_ms", None)
                     out["rows"].append({"size": n, "variant": name, "round": turn, **result})
                     print(f"{n} round {turn} {name:22} {result['status']} "
@@ -110,9 +113,10 @@ def main() -> int:
                           f" {result.get('message', '')[:200]}", flush=True)
                     path.write_text(json.dumps(out, indent=1))
             if args.ncu and not out["ncu"]:
-                for name, context in chosen:
-                    out["ncu"][name] = {"size": n, **profiled(backend, runner.spec, context, size,
-                                                              config, build_dir)}
+                for name, context, overrides in chosen:
+                    params = values(context, {**BASE, **overrides})
+                    out["ncu"][name] = {"size": n, **profiled(backend, runner.spec, context,
+                                                              params, size, config, build_dir)}
                     print(f"ncu {name:22} {out['ncu'][name]}", flush=True)
                     path.write_text(json.dumps(out, indent=1))
     return 0

@@ -112,7 +112,7 @@ STREAM_K_CHECKS = tuple(ProblemSize.of(dict(zip("MNK", s, strict=True)))
                                   (1000, 1700, 500)))
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "TILE_K_SIZE": 64, "NUM_STAGES": 4, "WGMMA_N": 256,
         "SWIZZLE_GROUP": 8, "K_SPLITS": 3, "MIN_BLOCKS_PER_SM": 1, "PRODUCER_REGS": 72,
-        "CLUSTER_M": 2}
+        "CLUSTER_M": 2, "SK_DOWNWARDS": 1}
 POINTS = (  # overrides of BASE, timed at --size; --points N times the first N
     {},
     {"NUM_STAGES": 3},

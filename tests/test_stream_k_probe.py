@@ -1,5 +1,6 @@
 """benchmarks/stream_k_probe.py without a GPU: the variants it times are stream-k's own
-source with one line edited each, so they must still find those lines."""
+source with one line edited or one tuning value changed, so the edit must still find its
+line."""
 
 from __future__ import annotations
 
@@ -23,18 +24,20 @@ def probe(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 def test_each_variant_differs_from_stream_k_by_its_one_edit(probe: ModuleType) -> None:
     h100 = load_devices([ROOT / "backends" / "devices"])["h100"]
-    found = dict(probe.variants(h100, 64))
-    emitted = found["stream-k"].source.splitlines()
-    assert "stream-k" not in found["persistent"].applied
-    for name, edit in (("stream-k whole runs", "#define PT_SK_MIN_RUN 64 "),
-                       ("stream-k upwards", "    return i;")):
-        lines = found[name].source.splitlines()
-        changed = [(a, b) for a, b in zip(emitted, lines, strict=True) if a != b]
-        assert len(changed) == 1 and changed[0][1].startswith(edit), name
+    found = {name: (context, overrides) for name, context, overrides in probe.variants(h100, 64)}
+    stream_k = found["stream-k"][0]
+    assert "stream-k" not in found["persistent"][0].applied
+    whole = found["stream-k whole runs"][0].source.splitlines()
+    changed = [(a, b) for a, b in zip(stream_k.source.splitlines(), whole, strict=True)
+               if a != b]
+    assert len(changed) == 1 and changed[0][1].startswith("#define PT_SK_MIN_RUN 64 ")
+    upwards, overrides = found["stream-k upwards"]
+    assert upwards is stream_k and overrides == {"SK_DOWNWARDS": 0}
+    assert probe.values(upwards, {**probe.BASE, **overrides})["SK_DOWNWARDS"] == 0
 
 
 def test_a_source_without_the_line_is_refused_by_name(probe: ModuleType) -> None:
     h100 = load_devices([ROOT / "backends" / "devices"])["h100"]
-    stream_k = dict(probe.variants(h100, 64))["stream-k"]
+    stream_k = next(c for name, c, _ in probe.variants(h100, 64) if name == "stream-k")
     with pytest.raises(SystemExit, match="no longer has 'return i - 1;'"):
         probe.edited(stream_k, "return i - 1;", "return i;")

@@ -594,7 +594,7 @@ def _built(sequence, point, cuda_catalog, cuda_seed, h200, tmp_path):
     """The compiler's resources of `sequence` built at `point` (the producer at 72
     registers, where its cp.async copies fit), fp16 for sm_90a."""
     context = build(cuda_seed, sequence, cuda_catalog, h200)
-    values = {**point, "PRODUCER_REGS": 72}
+    values = {"SK_DOWNWARDS": 1, **point, "PRODUCER_REGS": 72}
     return CudaBackend(h200).compile(
         context, {p.name: values[p.name] for p in context.params}, "float16",
         str(tmp_path)).resources
@@ -841,21 +841,24 @@ int main() {
 
 
 def _stream_k_units(source: str, cases: list[tuple[int, int, int]],
-                    tmp_path: Path) -> list[dict]:
-    """The kernel's own pt_sk_dp / pt_sk_lo / pt_sk_unit, built for the host with the
-    grid and block numbers as globals, run over `cases` (tiles, K tiles, blocks)."""
+                    tmp_path: Path, downwards: int = 1) -> list[dict]:
+    """The kernel's own pt_sk_dp / pt_sk_lo / pt_sk_unit / pt_sk_k, built for the host
+    with the grid and block numbers as globals and SK_DOWNWARDS = `downwards`, run over
+    `cases` (tiles, K tiles, blocks)."""
     helpers = source.split("// Output tiles dealt out whole")[1].split(
         "// Warpgroup wg's sums")[0]
     minimum_run = next(line for line in source.splitlines()
                        if line.startswith("#define PT_SK_MIN_RUN"))
     shim = (f"#include <algorithm>\nusing std::min, std::max;\n{minimum_run}\n"
+            f"#define SK_DOWNWARDS {downwards}\n"
             "struct Dim { unsigned x; };\n"
             "static Dim gridDim, blockIdx;\n#define __device__\n#define __forceinline__ inline\n"
             "#define PT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))\n")
-    (tmp_path / "units.cpp").write_text(shim + "// Output tiles" + helpers + _UNITS_MAIN)
-    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(tmp_path / "units"),
-                    str(tmp_path / "units.cpp")], check=True)
-    out = subprocess.run([str(tmp_path / "units")], check=True, capture_output=True, text=True,
+    program = tmp_path / f"units{downwards}"
+    program.with_suffix(".cpp").write_text(shim + "// Output tiles" + helpers + _UNITS_MAIN)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(program),
+                    str(program.with_suffix(".cpp"))], check=True)
+    out = subprocess.run([str(program)], check=True, capture_output=True, text=True,
                          input="".join(f"{t} {k} {g}\n" for t, k, g in cases)).stdout
     runs: list[dict] = []
     current: dict = {"runs": {}, "units": [], "steps": {}}
@@ -875,8 +878,9 @@ def _stream_k_units(source: str, cases: list[tuple[int, int, int]],
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler (g++)")
+@pytest.mark.parametrize("downwards", [1, 0], ids=["downwards", "upwards"])
 def test_stream_k_units_cover_every_k_tile_once_and_every_hand_over_has_a_taker(
-    cuda_catalog, cuda_seed, h200, tmp_path
+    cuda_catalog, cuda_seed, h200, tmp_path, downwards
 ):
     """What the kernel's unit walk gives, built from its source: every K tile of every
     output tile computed exactly once; a block leaves sums only from its first unit; the
@@ -889,8 +893,8 @@ def test_stream_k_units_cover_every_k_tile_once_and_every_hand_over_has_a_taker(
     cases = [(512, 64, 132), (162, 16, 132), (133, 3, 132), (140, 1, 132), (300, 0, 132),
              (264, 64, 132), (40, 7, 40), (1000, 5, 114), (133, 64, 132), (144, 4, 132),
              (2048, 128, 132)]
-    for (total, ktiles, grid), walk in zip(cases, _stream_k_units(source, cases, tmp_path),
-                                           strict=True):
+    walks = _stream_k_units(source, cases, tmp_path, downwards)
+    for (total, ktiles, grid), walk in zip(cases, walks, strict=True):
         dp = total // grid * grid if ktiles else total
         seen: dict[tuple[int, int], int] = {}
         givers: dict[int, set[int]] = {}
@@ -917,7 +921,8 @@ def test_stream_k_units_cover_every_k_tile_once_and_every_hand_over_has_a_taker(
         for (block, _, _, kb, ke), steps in zip(
                 walk["units"], (s for b in sorted(walk["steps"]) for s in walk["steps"][b]),
                 strict=True):
-            assert sorted(steps) == list(range(kb, ke)), (total, ktiles, grid, block)
+            order = range(ke - 1, kb - 1, -1) if downwards else range(kb, ke)
+            assert steps == list(order), (total, ktiles, grid, block)
         # runs of at least PT_SK_MIN_RUN K tiles where the partial wave has enough of them,
         # and never fewer blocks than its tiles
         sizes = [hi - lo for lo, hi in walk["runs"].values() if hi > lo]
@@ -935,24 +940,33 @@ def test_stream_k_blocks_walk_the_shared_wave_at_nearly_the_same_k_tiles(
     cuda_catalog, cuda_seed, h200, tmp_path
 ):
     """The shared wave's blocks, stepping together, read nearly the same K tiles of A and
-    B at each step (as a wave of whole tiles does, from L2): within ktiles - L + 1 K
-    tiles, L the shortest run; at 4096 (runs of 56 of 64 K tiles) within 9, where
-    walking each piece upwards spreads them over all 64."""
+    B at each step (as a wave of whole tiles does, from L2) when walked downwards
+    (SK_DOWNWARDS 1): within ktiles - L + 1 K tiles, L the shortest run; at 4096 (runs of
+    56 of 64 K tiles) within 9, where walking each piece upwards (SK_DOWNWARDS 0) spreads
+    them over all 64."""
     source = build(cuda_seed, STREAM_K["stream-k"], cuda_catalog, h200).source
     cases = [(512, 64, 132), (2048, 128, 132), (1024, 64, 132), (600, 64, 132),
              (256, 64, 132), (1000, 5, 114)]
     for (total, ktiles, grid), walk in zip(cases, _stream_k_units(source, cases, tmp_path),
                                            strict=True):
-        whole = total // grid  # units before these are whole tiles, at the same K tile
-        shared = [[k for steps in walk["steps"][b][whole:] for k in steps]
-                  for b in sorted(walk["steps"])]
-        shared = [run for run in shared if run]
-        shortest = min(len(run) for run in shared)
-        widest = max(max(at) - min(at) + 1 for at in (
-            [run[s] for run in shared if s < len(run)] for s in range(shortest)))
+        shortest, widest = _shared_wave_spread(walk, total // grid)
         assert widest <= ktiles - shortest + 1, (total, ktiles, grid, widest, shortest)
         if (total, ktiles) == (512, 64):
             assert (shortest, widest) == (56, 9)
+    upwards = _stream_k_units(source, cases[:1], tmp_path, downwards=0)[0]
+    assert _shared_wave_spread(upwards, 512 // 132) == (56, 64)
+
+
+def _shared_wave_spread(walk: dict, whole: int) -> tuple[int, int]:
+    """(the shortest run of the shared wave, the most K tiles apart its blocks are at one
+    step): the units before `whole` are whole tiles, all at the same K tile."""
+    shared = [[k for steps in walk["steps"][b][whole:] for k in steps]
+              for b in sorted(walk["steps"])]
+    shared = [run for run in shared if run]
+    shortest = min(len(run) for run in shared)
+    widest = max(max(at) - min(at) + 1 for at in (
+        [run[s] for run in shared if s < len(run)] for s in range(shortest)))
+    return shortest, widest
 
 
 @needs_nvrtc
@@ -960,6 +974,9 @@ def test_stream_k_blocks_walk_the_shared_wave_at_nearly_the_same_k_tiles(
     # 4096's winner; without register-budget its 168 registers a thread spill 8 bytes
     ("budget tma store stream-k",
      {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4}),
+    ("budget tma store stream-k",  # walked upwards
+     {**POINT, "BLOCK_M": 128, "BLOCK_N": 256, "WGMMA_N": 256, "NUM_STAGES": 4,
+      "SK_DOWNWARDS": 0}),
     ("budget tma store stream-k",
      {**POINT, "BLOCK_M": 64, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6}),
     ("stream-k", {**POINT, "BLOCK_M": 64, "BLOCK_N": 128, "WGMMA_N": 128, "NUM_STAGES": 6})],

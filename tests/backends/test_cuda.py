@@ -333,9 +333,11 @@ STREAM_K_SIZES = tuple(ProblemSize.of(dict(zip("MNK", s, strict=True)))
                        for s in ((1000, 1700, 500), (1000, 1700, 999), (1100, 4000, 200)))
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(("dtype", "downwards"), [("float16", 1), ("bfloat16", 1),
+                                                 ("float16", 0)])
 def test_stream_k_hands_partial_sums_over_correctly_where_a_wave_is_partial(
     backend: CudaBackend, profile: DeviceProfile, spec: KernelSpec, build_dir: str, dtype: str,
+    downwards: int,
 ) -> None:
     """Every element compared with the reference at sizes where blocks share output
     tiles (runs of one K tile and empty ones at 1100 x 4000 x 200), then the timed runs
@@ -343,7 +345,7 @@ def test_stream_k_hands_partial_sums_over_correctly_where_a_wave_is_partial(
     cleared."""
     context = hopper_kernel(spec, profile, STREAM_K)
     point = {"BLOCK_M": 64, "BLOCK_N": 128, "TILE_K_SIZE": 64, "NUM_STAGES": 4,
-             "WGMMA_N": 128, "SWIZZLE_GROUP": 4, "PRODUCER_REGS": 40}
+             "WGMMA_N": 128, "SWIZZLE_GROUP": 4, "PRODUCER_REGS": 40, "SK_DOWNWARDS": downwards}
     artifact = backend.compile(context, point, dtype, build_dir)
     request = EvalRequest(spec=spec, context=context, params=point, dtype=dtype,
                           size=STREAM_K_SIZES[0], check_sizes=STREAM_K_SIZES, config=CONFIG)

@@ -276,13 +276,15 @@ __device__ __forceinline__ bool pt_sk_unit(int n, int total, int ktiles, int &ti
     ke = min(ktiles, hi - (start - kb));
     return true;
 }
-// The K tile a unit computes at its step i (kb <= i < ke): downwards from ke - 1. A run's
-// first piece ends at the last K tile and its second starts at K tile 0, so walked
-// downwards every block of the shared wave is at K tile ktiles - 1 - s or L - 1 - s at
-// step s of its run (L its length): the blocks read the same few K tiles of A and B at a
-// time, as a wave of whole tiles does, where upwards they spread over all of K.
+// The K tile a unit computes at its step i (kb <= i < ke): downwards from ke - 1 where
+// SK_DOWNWARDS is 1, else upwards from kb (the tuner's choice). A run's first piece ends
+// at the last K tile and its second starts at K tile 0, so walked downwards every block
+// of the shared wave is at K tile ktiles - 1 - s or L - 1 - s at step s of its run (L its
+// length): the blocks read the same few K tiles of A and B at a time, as a wave of whole
+// tiles does, where upwards they spread over all of K. On an H100 downwards ran 6% faster
+// at 4096 and upwards 1% faster at 8192.
 __device__ __forceinline__ int pt_sk_k(int i, int kb, int ke) {
-    return kb + ke - 1 - i;
+    return SK_DOWNWARDS ? kb + ke - 1 - i : i;
 }
 // Warpgroup wg's sums of a tile it does not finish: into this block's slot, in register
 // order (thread wl's float4 q at q * 128 + wl), then its flag (release).

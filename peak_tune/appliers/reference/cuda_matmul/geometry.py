@@ -89,6 +89,8 @@ def macros_used(plan: Plan) -> tuple[str, ...]:
         used.append("PRODUCER_REGS")
     if plan.cluster:
         used.append("CLUSTER_M")
+    if plan.stream_k:
+        used.append("SK_DOWNWARDS")
     if plan.mfma or plan.coopmat:
         used += ["WAVES_M", "WAVES_N"]
     if plan.mfma:
