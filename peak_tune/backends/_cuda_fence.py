@@ -115,13 +115,28 @@ class FencedBlocks:
         return _rounded(nbytes, _ALIGN)
 
     def take(self, nbytes: int) -> Block:
-        """A block whose storage has storage_bytes(nbytes) bytes."""
+        """A block whose storage has storage_bytes(nbytes) bytes. Where the device is out
+        of memory, the blocks kept for other sizes and CuPy's cached memory are given
+        back first and the block made once more (MemoryError if it still does not fit)."""
         size = self.storage_bytes(nbytes)
         if self.free[size]:
             block = self.free[size].pop()
             self.kept_bytes -= block.mapped_bytes
             return block
-        return self._make(size)
+        try:
+            return self._make(size)
+        except MemoryError:
+            self.release_kept()
+            _free_cupy_cache()
+            return self._make(size)
+
+    def release_kept(self) -> None:
+        """Unmap every block kept for reuse."""
+        for blocks in self.free.values():
+            for block in blocks:
+                self._release(block)
+        self.free.clear()
+        self.kept_bytes = 0
 
     def give_back(self, block: Block) -> None:
         """The block is free again (kept for reuse up to a budget, else unmapped)."""
@@ -179,6 +194,14 @@ class FencedBlocks:
         self._cuda.cuMemAddressFree(ctypes.c_ulonglong(block.reserved),
                                     ctypes.c_size_t(block.reserved_bytes))
         self._cuda.cuMemRelease(ctypes.c_ulonglong(block.handle))
+
+
+def _free_cupy_cache() -> None:
+    """CuPy's pool gives the device memory it holds unused back (a timing at 4096 leaves
+    blocks of 4096's sizes there that one at 8192 cannot use)."""
+    import cupy
+
+    cupy.get_default_memory_pool().free_all_blocks()
 
 
 def _wrap(cupy: Any, pointer: int, nbytes: int) -> Any:
