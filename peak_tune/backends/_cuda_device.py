@@ -122,13 +122,22 @@ def cupy_module() -> Any:
                                  or props["sharedMemPerBlock"])
         state.multiprocessors = int(props["multiProcessorCount"])
         quarter = int(props["totalGlobalMem"]) // 4
-        state.held_budget_bytes = int(os.environ.get(HELD_RUNS_VARIABLE) or quarter)
+        state.held_budget_bytes = _held_budget(os.environ.get(HELD_RUNS_VARIABLE), quarter)
         references.budget_bytes = min(references.budget_bytes, quarter)
         state.seed_base = secret_seed()
         fenced = FencedBlocks(cupy.cuda.runtime.getDevice())
         state.fenced = fenced if fenced.available else None
         state.cp = cupy
     return state.cp
+
+
+def _held_budget(setting: str | None, default: int) -> int:
+    """The bytes of runs held for one check: PEAK_TUNE_HELD_RUNS_BYTES where set."""
+    if not setting:
+        return default
+    if not setting.isdigit():
+        raise UserError(f"{HELD_RUNS_VARIABLE} must be a number of bytes, not {setting!r}")
+    return int(setting)
 
 
 def device_errors() -> tuple[type[Exception], ...]:
@@ -364,8 +373,7 @@ def time_then_check(
     def timed() -> float:
         nonlocal runs
         if held and (len(held) + 1) * held[-1].nbytes > state.held_budget_bytes:
-            with phase("check"):  # one more would not fit: check these, let them go
-                _check_runs(held)
+            _check_runs(held)  # one more would not fit: check these, let them go
         device = _device_problem(spec, size, dtype, _POOL_OFFSET + runs, None)
         runs += 1
         run = bind(device)

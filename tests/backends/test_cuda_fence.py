@@ -1,6 +1,7 @@
 """The fenced blocks' bookkeeping without a GPU: where the device runs out of memory,
 the blocks kept for reuse and CuPy's cached memory are given back before the block is
-made once more (a timing at 4096 leaves blocks that one at 8192 cannot use)."""
+made once more (a timing at 4096 leaves blocks that one at 8192 cannot use); and the
+share of device memory a timing holds for one check is set in bytes or refused clearly."""
 
 from __future__ import annotations
 
@@ -68,3 +69,13 @@ def test_a_kept_block_of_the_size_is_reused_without_the_driver(cupy_frees: list[
     device.give_back(block)
     device.failures = 5  # the driver would fail: it is not asked
     assert device.take(4096) is block and device.kept_bytes == 0 and not cupy_frees
+
+
+def test_the_held_runs_setting_is_bytes_or_a_clear_error() -> None:
+    from peak_tune.backends._cuda_device import HELD_RUNS_VARIABLE, _held_budget
+    from peak_tune.errors import UserError
+
+    assert _held_budget(None, 20 << 30) == 20 << 30 and _held_budget("", 7) == 7
+    assert _held_budget("25165824", 20 << 30) == 24 << 20
+    with pytest.raises(UserError, match=f"{HELD_RUNS_VARIABLE} must be a number of bytes"):
+        _held_budget("2GB", 20 << 30)
