@@ -5,7 +5,10 @@ A thread inside nvrtcCompileProgram cannot be stopped, so one runaway build (an 
 as long as it runs. Each build runs instead in a compiler process of this module
 (a `WorkerProcess`, one per build running at once, reused): past its time limit the
 process is killed and the next build starts a fresh one; a crash of NVRTC ends only that
-process and becomes a compile error.
+process and becomes a compile error. Compiler processes run BUILD_NICENESS steps below
+the tuner's priority: a study's builds take every core, and the timing worker's host
+work and the driver's asks must not wait behind them for a core (builds are throughput,
+those are on the device's critical path).
 
 Parent side: `build_cubin`. Child side: `python -m peak_tune.backends._nvrtc_process`.
 """
@@ -13,6 +16,7 @@ Parent side: `build_cubin`. Child side: `python -m peak_tune.backends._nvrtc_pro
 from __future__ import annotations
 
 import atexit
+import os
 import signal
 import sys
 import threading
@@ -36,9 +40,11 @@ from peak_tune.errors import (
     KernelTimeout,
 )
 
-__all__ = ["NVRTC_TIMEOUT_S", "build_cubin", "write_atomically"]  # the last from _files
+# write_atomically: re-exported from _files
+__all__ = ["BUILD_NICENESS", "NVRTC_TIMEOUT_S", "build_cubin", "write_atomically"]
 
 NVRTC_TIMEOUT_S = 300.0  # a build longer than this is taken for a hung compiler
+BUILD_NICENESS = 5  # compiler processes' priority below the tuner's (os.nice)
 _MODULE = "peak_tune.backends._nvrtc_process"
 
 
@@ -126,4 +132,5 @@ def _compile(request: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    os.nice(BUILD_NICENESS)
     sys.exit(serve({"compile": _compile}))

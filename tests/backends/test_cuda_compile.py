@@ -32,7 +32,7 @@ from peak_tune.backends._nvrtc import (
     cubin_resources,
     ptxas_resources,
 )
-from peak_tune.backends._nvrtc_process import _COMPILERS
+from peak_tune.backends._nvrtc_process import _COMPILERS, BUILD_NICENESS
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend, profile_for_gpu
 from peak_tune.catalog.loaders import load_device, load_devices, load_spec, load_transformations
@@ -221,6 +221,20 @@ def test_a_build_past_its_time_limit_is_stopped_and_the_next_one_builds(
     started = time.monotonic()
     assert backend.compile(slow, {"STEPS": 256}, "float32", str(tmp_path)).resources
     assert time.monotonic() - started > stopped_after
+
+
+@needs_nvrtc
+def test_compiler_processes_run_below_the_tuners_priority(
+    backend: CudaBackend, tmp_path: Path
+) -> None:
+    """Builds fill every core during a study; the timing worker and the driver keep theirs."""
+    backend.compile(context_of(SLOW_SOURCE), {"STEPS": 2}, "float32", str(tmp_path))
+    compilers = [c for c in _COMPILERS._started if c.running]
+    assert compilers
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    for compiler in compilers:
+        pid = compiler._proc.pid  # type: ignore[union-attr]
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + BUILD_NICENESS)
 
 
 @needs_nvrtc
