@@ -346,6 +346,20 @@ def test_tma_kernels_keep_the_cp_async_copies_for_matrices_without_maps(
         "pt_tma ? 1 : PT_LOADERS" if kernel == "warp-specialize tma" else "1") in kernel_text
 
 
+def test_the_mma_warpgroups_fence_for_the_tensor_cores_only_after_cp_async_copies(
+    cuda_catalog, cuda_seed, h200
+):
+    """cp.async copies are the generic proxy's writes: their reader fences before the
+    tensor cores read the stage. TMA's writes are the async proxy's own: a TMA kernel's
+    MMA warpgroups fence only where it fell back to the copies (no map)."""
+    fence = "pt_fence_async_smem(); // the landed tile is visible to the tensor cores"
+    copies = build(cuda_seed, KERNELS["warp-specialize"], cuda_catalog, h200).source
+    tma = build(cuda_seed, KERNELS["warp-specialize tma"], cuda_catalog, h200).source
+    assert any(line.strip() == fence for line in copies.splitlines())
+    assert any(line.strip() == f"if (!pt_tma) {fence}" for line in tma.splitlines())
+    assert not any(line.strip() == fence for line in tma.splitlines())
+
+
 @pytest.mark.parametrize("order", ["launch-bounds first", "launch-bounds last"])
 def test_launch_bounds_that_starve_a_wgmma_of_registers_are_pruned(
     order, cuda_catalog, cuda_seed, h200

@@ -537,10 +537,15 @@ def _consumer_loop(writer: CodeWriter, plan: Plan) -> None:
             "// the stages' phases this group waits for are the next ones (the other group",
             "// stores its tile while this one computes)",
             "if (grp > 0 || n > 0) pt_bar_wait(&pt_order[grp], (n - 1 + grp) & 1);")
+    # cp.async copies are the generic proxy's writes and arrive on the barrier by
+    # themselves: their reader fences before the tensor cores read them; TMA's are the
+    # async proxy's own, so a TMA kernel fences only where it fell back (CUTLASS's TMA
+    # mainloops do not fence)
+    fence = "pt_fence_async_smem(); // the landed tile is visible to the tensor cores"
     with writer.block(_k_tiles(plan)):
         writer.lines(
             f"pt_bar_wait(&pt_full[{n} % PT_STAGES], ({n} / PT_STAGES) & 1);",
-            "pt_fence_async_smem(); // the landed tile is visible to the tensor cores",
+            f"if (!pt_tma) {fence}" if plan.tma else fence,
             f"const DTYPE *const as = PT_STAGE({n} % PT_STAGES), *const bs = as + PT_A_TILE;")
         _mma_tile(writer)
         writer.lines("pt_wg_wait<1>(); // the MMAs of tile t - 1 are done in this warpgroup",
