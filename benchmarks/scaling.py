@@ -3,12 +3,16 @@ and LLM applications per second with 1 vs 8 at once against a local OpenAI-proto
 server that answers after a fixed delay.
 
     python benchmarks/scaling.py --backend cuda --device h200 --size 4096 --workers 1,2
+    python benchmarks/scaling.py --backend cuda --device h200 --workers 1,2,4 \
+        --configs float32:4096,float16:4096,float32:8192,float16:8192
     python benchmarks/scaling.py --backend c --size 256 --workers 1,2 --trials 40
 
-Each worker count tunes from an empty results folder with the same seed, so no run is
-helped by another's cache. The LLM part runs the LLM applier and its client
-(its applications, on a pool as the trial loop's), the server echoing the kernel
-after `--llm-delay` seconds.
+`--configs` (dtype:size, comma-separated) measures every worker count at each in turn,
+in one call, instead of `--dtype` and `--size`; each row's speedup is against the first
+worker count of its own configuration. Each worker count tunes from an empty results
+folder with the same seed, so no run is helped by another's cache. The LLM part runs the
+LLM applier and its client (its applications, on a pool as the trial loop's), the server
+echoing the kernel after `--llm-delay` seconds.
 """
 
 from __future__ import annotations
@@ -46,13 +50,14 @@ def _box_over(signum: int, frame: Any) -> None:
     raise _BoxOver
 
 
-def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
+def device_scaling(args: argparse.Namespace, workers: int, dtype: str,
+                   size: int) -> dict[str, Any]:
     """Trials per minute of a fresh search with `workers` device workers on Ray: the
     trials finished within `--seconds`."""
     with tempfile.TemporaryDirectory(prefix="peak-scaling-") as results:
         config = TuneConfig.of(
-            backend=args.backend, device=args.device, dtype=args.dtype,
-            sizes=({"M": args.size, "N": args.size, "K": args.size},),
+            backend=args.backend, device=args.device, dtype=dtype,
+            sizes=({"M": size, "N": size, "K": size},),
             results=Path(results), executor="ray", ray_workers=workers, seed=args.seed,
             eval_config=EvalConfig(repeats=args.repeats),
         )
@@ -84,7 +89,8 @@ def device_scaling(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             loop = {k: round(v, 1) for k, v in session.loop_seconds.items()}
         finally:
             session.close()
-    return {"workers": workers, "trials": len(records), "seconds": round(seconds, 2),
+    return {"dtype": dtype, "size": size, "workers": workers, "trials": len(records),
+            "seconds": round(seconds, 2),
             "trials_per_minute": round(60 * len(records) / seconds, 1),
             "best_gflops": round(max((r.gflops for r in records), default=0.0), 2),
             "evaluations_per_worker": evaluations,
@@ -148,6 +154,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", default="1,2", help="device worker counts to compare")
+    parser.add_argument("--configs", default="",
+                        help="dtype:size pairs, comma-separated (instead of --dtype, --size)")
     parser.add_argument("--seconds", type=float, default=120,
                         help="time box per worker count (trials/min counts what finished)")
     parser.add_argument("--seed", type=int, default=0)
@@ -161,16 +169,20 @@ def main() -> int:
 
     rows: list[dict[str, Any]] = []
     llm: list[dict[str, Any]] = []
-    for workers in args.workers.split(","):
-        row = device_scaling(args, int(workers))
-        rows.append(row)
-        base = rows[0]["trials_per_minute"]
-        row["speedup"] = round(row["trials_per_minute"] / base, 2) if base else 0.0
-        print(f"devices {row['workers']}: {row['trials_per_minute']:7.1f} trials/min "
-              f"({row['speedup']:.2f}x)  best {row['best_gflops']} GFLOP/s  "
-              f"per worker {row['evaluations_per_worker']}  busy {row['device_busy_fraction']}\n"
-              f"  job medians {row['job_median_s']}  driver loop {row['driver_loop_s']}")
-        _write(args, rows, llm)  # what is done survives a call that runs out of time
+    for dtype, size in configurations(args):
+        first: dict[str, Any] | None = None
+        for workers in args.workers.split(","):
+            row = device_scaling(args, int(workers), dtype, size)
+            rows.append(row)
+            first = first or row
+            base = first["trials_per_minute"]
+            row["speedup"] = round(row["trials_per_minute"] / base, 2) if base else 0.0
+            print(f"{dtype} {size}, devices {row['workers']}: {row['trials_per_minute']:7.1f} "
+                  f"trials/min ({row['speedup']:.2f}x)  best {row['best_gflops']} GFLOP/s  "
+                  f"per worker {row['evaluations_per_worker']}  "
+                  f"busy {row['device_busy_fraction']}\n"
+                  f"  job medians {row['job_median_s']}  driver loop {row['driver_loop_s']}")
+            _write(args, rows, llm)  # what is done survives a call that runs out of time
     if not args.skip_llm:
         llm = [llm_scaling(args, int(n)) for n in args.llm_at_once.split(",")]
     for row in llm:
@@ -180,6 +192,19 @@ def main() -> int:
               f"once)")
     _write(args, rows, llm)
     return 0
+
+
+def configurations(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(dtype, size) of each configuration measured: --configs, else --dtype and --size."""
+    if not args.configs:
+        return [(args.dtype, args.size)]
+    found = []
+    for item in args.configs.split(","):
+        dtype, _, size = item.partition(":")
+        if not dtype or not size.isdigit():
+            raise SystemExit(f"--configs: {item!r} is not dtype:size (e.g. float16:4096)")
+        found.append((dtype, int(size)))
+    return found
 
 
 def _write(args: argparse.Namespace, rows: list[dict[str, Any]],

@@ -1,0 +1,49 @@
+"""benchmarks/scaling.py on the CPU: several dtype:size configurations in one call, each
+worker count's row with its configuration and its speedup against that configuration's
+first count (the C backend through Ray, tiny sizes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def scaling(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import scaling  # benchmarks/ is not a package
+
+    return scaling
+
+
+def test_configs_are_dtype_size_pairs_or_a_clear_error(scaling: ModuleType) -> None:
+    parser_args = type("Args", (), {"configs": "float32:64,float64:48", "dtype": "x",
+                                    "size": 1})
+    assert scaling.configurations(parser_args) == [("float32", 64), ("float64", 48)]
+    parser_args.configs = ""
+    assert scaling.configurations(parser_args) == [("x", 1)]
+    parser_args.configs = "float32:64,float16"
+    with pytest.raises(SystemExit, match="'float16' is not dtype:size"):
+        scaling.configurations(parser_args)
+
+
+def test_two_configurations_in_one_call_each_with_its_rows(tmp_path: Path) -> None:
+    out = tmp_path / "scaling.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--backend", "c",
+         "--configs", "float32:48,float64:40", "--workers", "1", "--trials", "4",
+         "--seconds", "60", "--skip-llm", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["devices"]
+    assert [(r["dtype"], r["size"], r["workers"]) for r in rows] == [
+        ("float32", 48, 1), ("float64", 40, 1)]
+    assert all(r["trials"] > 0 and r["speedup"] == 1.0 for r in rows)
+    assert "float64 40, devices 1:" in done.stdout
