@@ -1,11 +1,24 @@
 """One probe for what this machine can run: tests marked `gpu` skip, with the reason,
-where CuPy cannot see a CUDA device (no GPU, no driver, no cupy)."""
+where CuPy cannot see a CUDA device (no GPU, no driver, no cupy). And `benchmark`: a
+script of benchmarks/ imported as a module."""
 
 from __future__ import annotations
 
 import functools
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+
+@pytest.fixture
+def benchmark(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], ModuleType]:
+    """Imports a script of benchmarks/ by name (that folder is not a package: it goes on
+    sys.path for the test, as the scripts find each other when run)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    return importlib.import_module
 
 
 @functools.cache

@@ -3,6 +3,7 @@ and NVRTC are installed (the test extras), in the cubins of real variants."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -10,7 +11,6 @@ import pytest
 
 from tests.nvrtc import needs_nvrtc
 
-ROOT = Path(__file__).resolve().parents[1]
 # two loops: an outer one (0x0010-0x0090) around an inner FFMA loop (0x0030-0x0070)
 SASS = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -28,11 +28,8 @@ SASS = """
 
 
 @pytest.fixture
-def sass_mix(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import sass_mix  # benchmarks/ is not a package
-
-    return sass_mix
+def sass_mix(benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return benchmark("sass_mix")
 
 
 def test_the_innermost_loop_with_the_arithmetic_is_the_hot_one(sass_mix: ModuleType) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -16,11 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def scaling(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import scaling  # benchmarks/ is not a package
-
-    return scaling
+def scaling(benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return benchmark("scaling")
 
 
 def test_configs_are_dtype_size_pairs_or_a_clear_error(scaling: ModuleType) -> None:

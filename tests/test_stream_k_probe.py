@@ -4,6 +4,7 @@ line."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -15,11 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def probe(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import stream_k_probe  # benchmarks/ is not a package
-
-    return stream_k_probe
+def probe(benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return benchmark("stream_k_probe")
 
 
 def test_each_variant_differs_from_stream_k_by_its_one_edit(probe: ModuleType) -> None:
