@@ -8,7 +8,8 @@ process is killed and the next build starts a fresh one; a crash of NVRTC ends o
 process and becomes a compile error. Compiler processes run BUILD_NICENESS steps below
 the tuner's priority: a study's builds take every core, and the timing worker's host
 work and the driver's asks must not wait behind them for a core (builds are throughput,
-those are on the device's critical path).
+those are on the device's critical path). PEAK_TUNE_BUILD_NICENESS sets another step
+(0 to 19; 0 keeps the tuner's priority), to measure what the lower priority buys.
 
 Parent side: `build_cubin`. Child side: `python -m peak_tune.backends._nvrtc_process`.
 """
@@ -38,13 +39,16 @@ from peak_tune.errors import (
     EnvironmentFault,
     KernelCrash,
     KernelTimeout,
+    UserError,
 )
 
 # write_atomically: re-exported from _files
-__all__ = ["BUILD_NICENESS", "NVRTC_TIMEOUT_S", "build_cubin", "write_atomically"]
+__all__ = ["BUILD_NICENESS", "NVRTC_TIMEOUT_S", "build_cubin", "build_niceness",
+           "write_atomically"]
 
 NVRTC_TIMEOUT_S = 300.0  # a build longer than this is taken for a hung compiler
 BUILD_NICENESS = 5  # compiler processes' priority below the tuner's (os.nice)
+NICENESS_VARIABLE = "PEAK_TUNE_BUILD_NICENESS"
 _MODULE = "peak_tune.backends._nvrtc_process"
 
 
@@ -62,6 +66,7 @@ class _Compilers:
             if self._idle:
                 compiler = self._idle.pop()
             else:
+                build_niceness()  # a bad setting is the user's error, not a crash there
                 compiler = WorkerProcess(_MODULE)
                 self._started.append(compiler)
         try:
@@ -74,6 +79,18 @@ class _Compilers:
         with self._lock:
             for compiler in self._started:
                 compiler.stop()
+
+
+def build_niceness() -> int:
+    """The compiler processes' step below the tuner's priority: PEAK_TUNE_BUILD_NICENESS
+    where set, else BUILD_NICENESS."""
+    setting = os.environ.get(NICENESS_VARIABLE, "").strip()
+    if not setting:
+        return BUILD_NICENESS
+    if not setting.isdigit() or int(setting) > 19:
+        raise UserError(f"{NICENESS_VARIABLE} must be a whole number from 0 to 19, "
+                        f"not {setting!r}")
+    return int(setting)
 
 
 _COMPILERS = _Compilers()
@@ -132,5 +149,5 @@ def _compile(request: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    os.nice(BUILD_NICENESS)
+    os.nice(build_niceness())
     sys.exit(serve({"compile": _compile}))

@@ -32,7 +32,7 @@ from peak_tune.backends._nvrtc import (
     cubin_resources,
     ptxas_resources,
 )
-from peak_tune.backends._nvrtc_process import _COMPILERS, BUILD_NICENESS
+from peak_tune.backends._nvrtc_process import _COMPILERS, BUILD_NICENESS, build_niceness
 from peak_tune.backends.base import Artifact, EvalConfig, EvalRequest
 from peak_tune.backends.cuda import CudaBackend, profile_for_gpu
 from peak_tune.catalog.loaders import load_device, load_devices, load_spec, load_transformations
@@ -235,6 +235,36 @@ def test_compiler_processes_run_below_the_tuners_priority(
     for compiler in compilers:
         pid = compiler._proc.pid  # type: ignore[union-attr]
         assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + BUILD_NICENESS)
+
+
+def test_build_niceness_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PEAK_TUNE_BUILD_NICENESS picks the step (0 keeps the tuner's priority); a value that
+    is not a step from 0 to 19 is one line naming the variable, before any compiler starts."""
+    monkeypatch.delenv("PEAK_TUNE_BUILD_NICENESS", raising=False)
+    assert build_niceness() == BUILD_NICENESS
+    monkeypatch.setenv("PEAK_TUNE_BUILD_NICENESS", "0")
+    assert build_niceness() == 0
+    for bad in ("-3", "lots", "25"):
+        monkeypatch.setenv("PEAK_TUNE_BUILD_NICENESS", bad)
+        with pytest.raises(UserError, match="PEAK_TUNE_BUILD_NICENESS must be a whole number"):
+            build_niceness()
+
+
+@needs_nvrtc
+def test_a_niceness_of_zero_keeps_the_compilers_at_the_tuners_priority(
+    backend: CudaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _COMPILERS.stop_all()
+    _COMPILERS._started.clear()
+    _COMPILERS._idle.clear()
+    monkeypatch.setenv("PEAK_TUNE_BUILD_NICENESS", "0")
+    backend.compile(context_of(SLOW_SOURCE), {"STEPS": 3}, "float32", str(tmp_path))
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    running = [c._proc.pid for c in _COMPILERS._started if c.running]  # type: ignore[union-attr]
+    assert running and all(os.getpriority(os.PRIO_PROCESS, pid) == mine for pid in running)
+    _COMPILERS.stop_all()
+    _COMPILERS._started.clear()
+    _COMPILERS._idle.clear()
 
 
 @needs_nvrtc
