@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -217,3 +218,81 @@ def test_parallel_never_overlaps_cpu_timed_studies_or_one_device():
     assert not _fits(h200, [cpu])
     assert not _fits(item("h200", "cuda"), [h200])  # one study per device
     assert _fits(h100, [h200])
+
+
+RAY_STUDIES = """
+name = "r"
+executor = "ray"
+trials = 5
+[matrix]
+devices = ["h200"]
+dtypes = ["float32", "float16", "bfloat16"]
+sizes = ["4096"]
+[[study]]
+device = "h100"
+dtype = "float16"
+sizes = ["4096"]
+ray_workers = 3
+"""
+
+
+def test_parallel_ray_studies_share_their_kinds_devices(tmp_path):
+    """`--parallel 2` on Ray: the three H200 studies take half of the node's four H200s
+    each, so two run at once and the third waits; the H100 study keeps the share its
+    entry asked for."""
+    from peak_tune.batch.devices import share_devices
+    from peak_tune.batch.run import StudyProgress, _fits
+
+    plan = load_batch(write(tmp_path, RAY_STUDIES), tmp_path / "results")
+    counts = {"h200": 4, "h100": 8}
+    shared, devices = share_devices(plan, 2, lambda s: counts[s.config.target.device])
+    assert devices == counts
+    workers = {s.name: s.config.run.ray_workers for s in shared.studies}
+    assert workers == {"r-matmul-h200-float32-4096x4096x4096": 2,
+                       "r-matmul-h200-float16-4096x4096x4096": 2,
+                       "r-matmul-h200-bfloat16-4096x4096x4096": 2,
+                       "r-matmul-h100-float16-4096x4096x4096": 3}
+    fp32, fp16, bf16, h100 = (StudyProgress(s) for s in shared.studies)
+    assert _fits(fp16, [fp32], devices)
+    assert not _fits(bf16, [fp32, fp16], devices)  # all four H200s are held
+    assert _fits(h100, [fp32, fp16], devices)
+    # one at a time, or nothing on Ray: the plan is left as it was
+    assert share_devices(plan, 1, lambda s: 4) == (plan, {})
+    assert [s.config.run.ray_workers for s in plan.studies] == [0, 0, 0, 3]
+    # a study that asks for more than its kind has holds all of them
+    greedy = dataclasses.replace(h100.study, config=h100.study.config.with_options(
+        ray_workers=20))
+    assert not _fits(StudyProgress(greedy), [h100], devices)
+    assert _fits(StudyProgress(greedy), [fp32], devices)
+
+
+def test_shares_never_drop_below_one_device(tmp_path):
+    plan = load_batch(write(tmp_path, RAY_STUDIES), tmp_path / "results")
+    from peak_tune.batch.devices import share_devices
+
+    shared, devices = share_devices(plan, 3, lambda s: 2)
+    assert devices == {"h200": 2, "h100": 2}
+    assert [s.config.run.ray_workers for s in shared.studies] == [1, 1, 1, 3]
+
+
+def test_ray_workers_in_a_batch_file_is_checked(tmp_path):
+    bad = RAY_STUDIES.replace("ray_workers = 3", "ray_workers = 0")
+    with pytest.raises(UserError, match=r"study\[0\].ray_workers: must be at least 1"):
+        load_batch(write(tmp_path, bad), tmp_path / "results")
+
+
+@pytest.mark.ray
+def test_parallel_ray_batch_counts_the_clusters_devices_and_names_what_is_missing(tmp_path):
+    """`peak-tune batch --parallel 2` with executor = "ray" (refused before studies could
+    share a cluster): the batch starts a local Ray to count the H200s, and on a machine
+    without one each study fails with its reason while the batch ends, exit status 1."""
+    pytest.importorskip("ray")
+    if not _gpu_missing():
+        pytest.skip("this machine has a GPU: the studies would run")
+    path = write(tmp_path, RAY_STUDIES.split("[[study]]")[0].replace(', "bfloat16"', ""))
+    done = peak("batch", str(path), "--parallel", "2", "--results", str(tmp_path / "r"),
+                "--json", env={"RAY_AUTH_MODE": "disabled"})
+    assert done.returncode == 1, done.stderr
+    summary = last_json(done.stdout)
+    assert [s["state"] for s in summary["studies"]] == ["failed", "failed"]
+    assert all("CUDA backend needs a GPU" in s["reason"] for s in summary["studies"])

@@ -2,7 +2,8 @@
 
 Studies run one after another by default. With `parallel > 1` several run at once in
 threads, but never two on one device, and a study timed on the host CPU (the C backend)
-only runs alone: anything beside it would disturb its timings. A study that fails (its
+only runs alone: anything beside it would disturb its timings. Studies on Ray share the
+devices of their kind (`batch.devices`): each holds its share while it runs. A study that fails (its
 device's backend is missing here, its storage refuses it) is reported with its reason
 and the others still run. A stop request lets each running study finish the trials it
 has in flight; studies not started yet are left as they are, ready to resume.
@@ -18,6 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from peak_tune.batch.devices import DeviceCounts, claim, kind_of
 from peak_tune.batch.files import BatchPlan, BatchStudy
 from peak_tune.errors import EnvironmentFault, UserError
 from peak_tune.search.trials import TrialRecord
@@ -73,6 +75,7 @@ class BatchRun:
     changed: Callable[[StudyProgress], None] = lambda progress: None
     should_stop: Callable[[], bool] = lambda: False
     parallel: int = 1
+    devices: DeviceCounts = field(default_factory=dict)  # kinds shared (batch.devices)
     items: list[StudyProgress] = field(init=False)
     interrupted: bool = False
     fault: EnvironmentFault | None = None  # the machine failed: the batch stops
@@ -129,7 +132,8 @@ class BatchRun:
                 if self._stopping():
                     waiting.clear()  # left as they are; `run` marks them stopped
                 for item in list(waiting):
-                    if len(running) < self.parallel and _fits(item, list(running.values())):
+                    if len(running) < self.parallel and _fits(item, list(running.values()),
+                                                                  self.devices):
                         waiting.remove(item)
                         running[pool.submit(self._run_study, item)] = item
                 finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -197,13 +201,20 @@ class BatchRun:
         self.changed(item)
 
 
-def _fits(item: StudyProgress, running: list[StudyProgress]) -> bool:
-    """Whether `item` may start beside the running studies without disturbing them."""
+def _fits(item: StudyProgress, running: list[StudyProgress],
+          devices: DeviceCounts | None = None) -> bool:
+    """Whether `item` may start beside the running studies without disturbing them: a
+    CPU-timed study only alone, and on each device kind no more devices claimed than it
+    has (one study per device unless the batch shares a Ray cluster's devices)."""
     if item.study.exclusive:
         return not running
-    device = item.study.config.target.device
-    return not any(r.study.exclusive or r.study.config.target.device == device
-                   for r in running)
+    if any(r.study.exclusive for r in running):
+        return False
+    devices = devices or {}
+    kind = kind_of(item.study)
+    total = devices.get(kind, 1)
+    held = sum(claim(r.study, devices) for r in running if kind_of(r.study) == kind)
+    return held + claim(item.study, devices) <= total
 
 
 def _one_line(exc: BaseException) -> str:

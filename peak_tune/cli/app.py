@@ -229,7 +229,8 @@ def _batch_parser(sub: argparse._SubParsersAction) -> None:
                                      "SQLite in --results)")
     p.add_argument("--parallel", type=int, default=1, metavar="N",
                    help="studies at once (default 1); studies on one device never overlap "
-                        "and C-backend studies (timed on this CPU) always run alone")
+                        "(on Ray each takes a share of its kind's devices) and C-backend "
+                        "studies (timed on this CPU) always run alone")
     p.add_argument("--json", action="store_true",
                    help="print every study's summary as one JSON object on the last line")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -434,6 +435,7 @@ def _llm_settings(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _batch(args: argparse.Namespace) -> int:
+    from peak_tune.batch.devices import share_devices, stop_shared_ray
     from peak_tune.batch.files import load_batch
     from peak_tune.batch.run import BatchRun
     from peak_tune.batch.view import BatchView, batch_json, print_batch_summary
@@ -442,18 +444,20 @@ def _batch(args: argparse.Namespace) -> int:
         raise UserError("--parallel must be 1 or more")
     plan = load_batch(Path(args.file), Path(args.results) if args.results else None,
                       args.storage, default_applier())
-    if args.parallel > 1 and any(s.config.run.executor != "local" for s in plan.studies):
-        raise UserError("--parallel with the Ray executor: each study already spreads over "
-                        "every device of the cluster, so studies run one after another")
     started = time.perf_counter()
+    plan, devices = share_devices(plan, args.parallel)  # Ray studies: a share each
     stop = StopRequest()
-    batch = BatchRun(plan, should_stop=stop.requested, parallel=args.parallel)
+    batch = BatchRun(plan, should_stop=stop.requested, parallel=args.parallel,
+                     devices=devices)
     if args.parallel > 1 and sum(s.exclusive for s in plan.studies) > 1:
         print("peak-tune: C-backend studies run one at a time: timing several at once on "
               "this CPU would disturb every measurement", file=sys.stderr)
-    with stop.on_ctrl_c(), BatchView(batch) as view:
-        batch.changed = view.changed
-        batch.run()
+    try:
+        with stop.on_ctrl_c(), BatchView(batch) as view:
+            batch.changed = view.changed
+            batch.run()
+    finally:
+        stop_shared_ray(devices)
     if batch.interrupted:
         print("peak-tune: interrupted; every study keeps its finished trials and resumes "
               "when the batch runs again", file=sys.stderr)
