@@ -5,14 +5,19 @@ server that answers after a fixed delay.
     python benchmarks/scaling.py --backend cuda --device h200 --size 4096 --workers 1,2
     python benchmarks/scaling.py --backend cuda --device h200 --workers 1,2,4 \
         --configs float32:4096,float16:4096,float32:8192,float16:8192
+    python benchmarks/scaling.py --backend cuda --device h200 --workers 1,2 --batch \
+        --configs float32:4096,float16:4096 --skip-llm
     python benchmarks/scaling.py --backend c --size 256 --workers 1,2 --trials 40
 
 `--configs` (dtype:size, comma-separated) measures every worker count at each in turn,
 in one call, instead of `--dtype` and `--size`; each row's speedup is against the first
-worker count of its own configuration. Each worker count tunes from an empty results
-folder with the same seed, so no run is helped by another's cache. The LLM part runs the
-LLM applier and its client (its applications, on a pool as the trial loop's), the server
-echoing the kernel after `--llm-delay` seconds.
+worker count of its own configuration. `--batch` then runs the configurations as one
+batch of studies at once (`peak-tune batch --parallel`'s code) on each worker count's
+devices, shared among them: total trials per minute, and each study's device shares.
+Each worker count tunes from an empty results folder with the same seed, so no run is
+helped by another's cache. The LLM part runs the LLM applier and its client (its
+applications, on a pool as the trial loop's), the server echoing the kernel after
+`--llm-delay` seconds.
 """
 
 from __future__ import annotations
@@ -101,6 +106,49 @@ def device_scaling(args: argparse.Namespace, workers: int, dtype: str,
             "driver_loop_s": loop}
 
 
+def batch_scaling(args: argparse.Namespace, workers: int,
+                  configs: list[tuple[str, int]]) -> dict[str, Any]:
+    """Trials per minute of a batch: one fresh study per configuration, run by
+    `peak-tune batch`'s own code with `--parallel` = the studies, sharing `workers`
+    devices of the kind (each takes its share, batch.devices) within `--seconds`."""
+    from peak_tune.batch.devices import share_devices
+    from peak_tune.batch.files import BatchPlan, BatchStudy
+    from peak_tune.batch.run import BatchRun
+    from peak_tune.executors.ray import RaySettings, import_ray, init_ray
+
+    ray = import_ray()
+    with tempfile.TemporaryDirectory(prefix="peak-batch-scaling-") as results:
+        studies = tuple(BatchStudy(f"scaling-{dtype}-{size}", TuneConfig.of(
+            backend=args.backend, device=args.device, dtype=dtype,
+            sizes=({"M": size, "N": size, "K": size},), results=Path(results),
+            study=f"scaling-{dtype}-{size}", executor="ray", seed=args.seed,
+            eval_config=EvalConfig(repeats=args.repeats)), args.trials)
+            for dtype, size in configs)
+        plan = BatchPlan(Path("scaling"), studies, None, Path(results))
+        init_ray(ray, RaySettings())  # one Ray for every study, up until the batch ends
+        try:
+            plan, devices = share_devices(plan, len(studies), lambda study: workers)
+            started = time.perf_counter()
+            deadline = started + args.seconds
+            batch = BatchRun(plan, parallel=len(studies), devices=devices,
+                             should_stop=lambda: time.perf_counter() > deadline)
+            batch.run()
+            seconds = time.perf_counter() - started
+        finally:
+            ray.shutdown()
+    rows = [{"study": item.study.name, "state": item.state, "reason": item.reason,
+             "ray_workers": item.study.config.run.ray_workers, "trials": item.new,
+             "trials_per_minute": round(60 * item.new / seconds, 1),
+             "best_gflops": round(item.best_gflops, 2), **item.device_time}
+            for item in batch.items]
+    busy = [share for row in rows for share in row.get("device_busy_fraction", {}).values()]
+    return {"batch": [f"{d}:{n}" for d, n in configs], "workers": workers,
+            "seconds": round(seconds, 2), "trials": sum(r["trials"] for r in rows),
+            "trials_per_minute": round(60 * sum(r["trials"] for r in rows) / seconds, 1),
+            # each study's workers' busy shares of its own run (a device is one study's)
+            "device_busy_fraction": busy, "studies": rows}
+
+
 def echo_after(delay_s: float) -> Any:
     """A model that takes `delay_s` and answers with the kernel it was shown."""
     def respond(body: dict[str, Any]) -> Behaviour:
@@ -163,6 +211,9 @@ def main() -> int:
     parser.add_argument("--llm-calls", type=int, default=32)
     parser.add_argument("--llm-transformation", default="loop-interchange")
     parser.add_argument("--llm-at-once", default="1,8")
+    parser.add_argument("--batch", action="store_true",
+                        help="also run the configurations as one batch of studies at once "
+                             "sharing each worker count's devices")
     parser.add_argument("--skip-llm", action="store_true")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
@@ -183,6 +234,20 @@ def main() -> int:
                   f"busy {row['device_busy_fraction']}\n"
                   f"  job medians {row['job_median_s']}  driver loop {row['driver_loop_s']}")
             _write(args, rows, llm)  # what is done survives a call that runs out of time
+    batches: list[dict[str, Any]] = []
+    for workers in args.workers.split(",") if args.batch else ():
+        row = batch_scaling(args, int(workers), configurations(args))
+        batches.append(row)
+        row["speedup"] = round(row["trials_per_minute"] / batches[0]["trials_per_minute"], 2) \
+            if batches[0]["trials_per_minute"] else 0.0
+        print(f"batch of {len(row['studies'])}, devices {workers}: "
+              f"{row['trials_per_minute']:7.1f} trials/min ({row['speedup']:.2f}x)  "
+              f"busy {row['device_busy_fraction']}")
+        for study in row["studies"]:
+            print(f"  {study['study']}: {study['state']} on {study['ray_workers'] or 'all'} "
+                  f"device(s), {study['trials_per_minute']} trials/min "
+                  f"{study['reason']}".rstrip())
+        _write(args, rows, llm, batches)
     if not args.skip_llm:
         llm = [llm_scaling(args, int(n)) for n in args.llm_at_once.split(",")]
     for row in llm:
@@ -190,7 +255,7 @@ def main() -> int:
         print(f"LLM {row['at_once']} at once: {row['calls_per_second']:.2f} calls/s "
               f"({row['speedup']:.2f}x; server saw {row['max_in_flight_seen_by_server']} at "
               f"once)")
-    _write(args, rows, llm)
+    _write(args, rows, llm, batches)
     return 0
 
 
@@ -208,10 +273,11 @@ def configurations(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 
 def _write(args: argparse.Namespace, rows: list[dict[str, Any]],
-           llm: list[dict[str, Any]]) -> None:
+           llm: list[dict[str, Any]], batches: list[dict[str, Any]] | None = None) -> None:
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)},
-                                        "devices": rows, "llm": llm}, indent=1))
+                                        "devices": rows, "batches": batches or [],
+                                        "llm": llm}, indent=1))
 
 
 if __name__ == "__main__":

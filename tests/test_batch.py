@@ -65,6 +65,10 @@ def test_batch_makes_one_named_study_per_entry(batch):
     for study in data["studies"]:
         assert study["state"] == "done" and study["new_trials"] == 3
         assert study["best"]["gflops"] > 0 and study["vendor"]["gflops"] > 0
+        # where the study's time went: the CPU's busy share and its builds
+        busy = study["device_time"]["device_busy_fraction"]
+        assert len(busy) == 1 and 0 < next(iter(busy.values())) <= 1
+        assert study["device_time"]["builds"]["count"] >= 1
     stored = studies(results)
     assert sorted(stored) == NAMES
     for trials in stored.values():

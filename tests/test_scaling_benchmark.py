@@ -45,3 +45,22 @@ def test_two_configurations_in_one_call_each_with_its_rows(tmp_path: Path) -> No
         ("float32", 48, 1), ("float64", 40, 1)]
     assert all(r["trials"] > 0 and r["speedup"] == 1.0 for r in rows)
     assert "float64 40, devices 1:" in done.stdout
+
+
+def test_a_batch_of_the_configurations_runs_through_the_batch_code(tmp_path: Path) -> None:
+    """`--batch`: the configurations as one batch of studies (peak-tune batch's own
+    scheduling: C studies, timed on this CPU, one after another), total and per study."""
+    out = tmp_path / "scaling.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--backend", "c",
+         "--configs", "float32:48,float64:40", "--workers", "1", "--trials", "3",
+         "--seconds", "60", "--skip-llm", "--batch", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    batch = json.loads(out.read_text())["batches"]
+    assert len(batch) == 1 and batch[0]["batch"] == ["float32:48", "float64:40"]
+    studies = batch[0]["studies"]
+    assert [s["study"] for s in studies] == ["scaling-float32-48", "scaling-float64-40"]
+    assert all(s["state"] == "done" and s["trials"] == 3 for s in studies)
+    assert batch[0]["trials"] == 6 and len(batch[0]["device_busy_fraction"]) == 2
+    assert "batch of 2, devices 1:" in done.stdout

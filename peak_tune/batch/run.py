@@ -22,6 +22,7 @@ from typing import Any
 from peak_tune.batch.devices import DeviceCounts, claim, kind_of
 from peak_tune.batch.files import BatchPlan, BatchStudy
 from peak_tune.errors import EnvironmentFault, UserError
+from peak_tune.executors.base import time_report
 from peak_tune.search.trials import TrialRecord
 from peak_tune.session.tune import TuneSession, open_session
 from peak_tune.study.storage import results_storage_url
@@ -48,6 +49,9 @@ class StudyProgress:
     reason: str = ""  # why it failed
     summary: dict[str, Any] | None = None  # report.summary once it ran
     seconds: float = 0.0
+    # where its time went (executors.base.time_report): each device worker's busy share
+    # of the study's run, job and build times; what says whether devices sat idle
+    device_time: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float | None:
@@ -64,7 +68,8 @@ class StudyProgress:
                       for s in target.sizes],
         }
         return {**data, "state": self.state, "target_trials": self.study.trials,
-                "finished_trials": self.done, "new_trials": self.new, "reason": self.reason}
+                "finished_trials": self.done, "new_trials": self.new, "reason": self.reason,
+                "device_time": self.device_time}
 
 
 @dataclass
@@ -188,6 +193,7 @@ class BatchRun:
     def _close(self, item: StudyProgress, session: TuneSession, started: float) -> None:
         from peak_tune.session.progress import summary
 
+        item.device_time = time_report(session.executor, time.perf_counter() - started)
         try:
             session.close()
         except Exception as exc:
