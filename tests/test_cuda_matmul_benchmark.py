@@ -3,6 +3,7 @@ the same results folder and --study continues each study where the last one stop
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -16,12 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+def bench(benchmark: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch
+          ) -> ModuleType:
     monkeypatch.setattr(parts, "make_backend", lambda name, device: InstantCudaBackend(device))
-    import cuda_matmul  # benchmarks/ is not a package
-
-    return cuda_matmul
+    return benchmark("cuda_matmul")
 
 
 def test_a_named_study_continues_in_a_later_call(bench: ModuleType, tmp_path: Path) -> None:

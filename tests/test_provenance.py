@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -12,11 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def provenance(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
+def provenance(benchmark: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch,
+               tmp_path: Path) -> ModuleType:
     """The module, reading a fresh repository of one commit instead of this checkout."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     monkeypatch.delenv("PEAK_TUNE_COMMIT", raising=False)
-    import provenance  # benchmarks/ is not a package
+    provenance = benchmark("provenance")
 
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
     subprocess.run([*git, "init", "-q"], check=True)

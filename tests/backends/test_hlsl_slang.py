@@ -141,13 +141,12 @@ def test_a_struct_the_bindings_lack_chains_and_reads_by_name():
         device.close()
 
 
-def test_the_coopmat_probe_builds_each_probe_and_each_staged_ablation(monkeypatch, tmp_path):
+def test_the_coopmat_probe_builds_each_probe_and_each_staged_ablation(benchmark, tmp_path):
     """benchmarks/coopmat_probe.py edits the staged fixture's text: every edit still finds
     its text (a fixture rewritten under it would end a device call in errors), and every
     probe and ablation builds to SPIR-V that declares cooperative matrices."""
     slang = _slang()
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import coopmat_probe  # benchmarks/ is not a package
+    coopmat_probe = benchmark("coopmat_probe")
 
     for kind, defines in coopmat_probe.KINDS.items():
         spirv = tmp_path / "probe.spv"
