@@ -327,8 +327,9 @@ def _loop_double_buffered(writer: CodeWriter, plan: Plan, vec: str, edge: str) -
     """double-buffer: tile t is computed from buffer t % 2 while tile t + 1, fetched into
     registers, is put into the other one, which nobody reads since the last barrier."""
     a, b = operands(plan)
-    writer.lines("__syncthreads(); // tile 0 is in buffer 0", "int t = 0;")
-    with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK, ++t)"):
+    # t lives in the loop: the MMA epilogue declares a t (a fragment column) of its own
+    writer.line("__syncthreads(); // tile 0 is in buffer 0")
+    with writer.block("for (int k0 = k_lo, t = 0; k0 < k_hi; k0 += PT_TK, ++t)"):
         writer.lines("DTYPE *const as = PT_STAGE(t & 1), *const bs = as + PT_A_TILE;",
                      "const bool more = k0 + PT_TK < k_hi;")
         with writer.block("if (more)"):
