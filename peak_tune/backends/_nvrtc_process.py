@@ -8,9 +8,9 @@ process is killed and the next build starts a fresh one; a crash of NVRTC ends o
 process and becomes a compile error. Compiler processes run at the tuner's priority by
 default. Lowering theirs (PEAK_TUNE_BUILD_NICENESS, 1 to 19 steps below) was meant to
 keep the timing worker and the driver's asks from waiting behind a study's builds for a
-core; measured on an H100 (fp16 4096 searches of 60-75 s, alternated), +5 kept the GPU
-busy 46-54% of the time against 57-63% at 0: the builds are what feeds the device, and
-the sampler processes took cores from them.
+core; measured on an H100 (fp16 and bf16 4096 searches), +5 kept the GPU busy 46-54% of
+the time against 57-63% at 0: the builds are what feeds the device, and the sampler
+processes took cores from them.
 
 Parent side: `build_cubin`. Child side: `python -m peak_tune.backends._nvrtc_process`.
 """
