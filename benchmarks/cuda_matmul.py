@@ -56,14 +56,14 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
               study: str | None = None, warm_start: tuple[str, ...] = (),
               ask_ahead: int = -1, build_budget: float = BUILD_BUDGET,
               backend: str | None = None, device: str = "h200", confirm: bool = False,
-              sampler: str = "tpe", seed: int = 0, sampler_processes: int = -1
-              ) -> dict[str, Any]:
+              sampler: str = "tpe", seed: int = 0, sampler_processes: int = -1,
+              in_flight: int = 0) -> dict[str, Any]:
     config = TuneConfig.of(device=device, backend=backend, dtype=dtype,
                            sizes=({"M": n, "N": n, "K": n},),
                            results=results, sequence=sequence, seed=seed, study=study,
                            sampler=sampler, sampler_processes=sampler_processes,
                            warm_start=warm_start, ask_ahead=ask_ahead,
-                           build_budget=build_budget)
+                           build_budget=build_budget, in_flight=in_flight)
     started = time.perf_counter()
     session = open_session(config)
     earlier = len(session.study.get_trials(  # a continued study's, run to an end
@@ -83,7 +83,8 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
                  "ask_ahead": session.ask_ahead.depth if session.ask_ahead else 0,
                  "sampler_processes": session.ask_ahead.processes if session.ask_ahead
                  else 0,
-                 "ask_ahead_failure": session.ask_ahead.failure if session.ask_ahead else ""}
+                 "ask_ahead_failure": session.ask_ahead.failure if session.ask_ahead else "",
+                 "in_flight": session.window}
         ncu = _profile(session) if profile else None
         if confirm:  # the time box stopped the run before its own end-of-run re-timing
             session.confirm_best()
@@ -149,6 +150,8 @@ def main() -> None:
                         help="start each search from the best of the dtype's search before")
     parser.add_argument("--ask-ahead", type=int, default=-1,
                         help="the searches' --ask-ahead (default: peak-tune's)")
+    parser.add_argument("--in-flight", type=int, default=0,
+                        help="the searches' --in-flight (default: peak-tune's)")
     parser.add_argument("--build-budget", type=float, default=BUILD_BUDGET,
                         help="the searches' --build-budget (default: peak-tune's)")
     parser.add_argument("--confirm", action="store_true",
@@ -171,7 +174,7 @@ def main() -> None:
                                   args.seconds, profile=args.profile, study=named,
                                   warm_start=warm, ask_ahead=args.ask_ahead,
                                   build_budget=args.build_budget, confirm=args.confirm,
-                                  device=args.device)
+                                  device=args.device, in_flight=args.in_flight)
         row["search"]["warm_start"] = list(warm)
         searched[dtype] = row["search"]["study"]
         row["paper"] = {

@@ -300,3 +300,13 @@ def test_parallel_ray_batch_counts_the_clusters_devices_and_names_what_is_missin
     summary = last_json(done.stdout)
     assert [s["state"] for s in summary["studies"]] == ["failed", "failed"]
     assert all("CUDA backend needs a GPU" in s["reason"] for s in summary["studies"])
+
+
+def test_in_flight_in_a_batch_file_reaches_each_study(tmp_path):
+    plan = load_batch(write(tmp_path, TWO_STUDIES.format(trials=3)), tmp_path / "results")
+    assert [s.config.run.in_flight for s in plan.studies] == [0, 0]
+    text = TWO_STUDIES.format(trials=3).replace("repeats = 3", "repeats = 3\nin_flight = 40")
+    plan = load_batch(write(tmp_path, text), tmp_path / "results")
+    assert [s.config.run.in_flight for s in plan.studies] == [40, 40]
+    with pytest.raises(UserError, match="in_flight: must be at least 0"):
+        load_batch(write(tmp_path, text.replace("40", "-2")), tmp_path / "results")

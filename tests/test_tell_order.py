@@ -8,6 +8,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 
 from peak_tune.errors import UserError
@@ -80,3 +81,33 @@ def test_auto_tells_as_finished_where_builds_run_ahead():
     assert not tells_as_finished("asked", Executor("ray", 8))
     assert tells_as_finished("finished", Executor("local", 1))
     assert not tells_as_finished("auto", Executor("local", 32), replay=True)  # repeatable
+
+
+def test_in_flight_sets_the_trials_between_ask_and_tell(tmp_path: Path):
+    """--in-flight N: the run keeps up to N trials asked and not yet told (here 3 on the C
+    backend, whose own window is 1), and never more."""
+    session = open_session(TuneConfig.of(sizes=({"M": 32, "N": 32, "K": 32},),
+                                         results=tmp_path, in_flight=3))
+    running: list[int] = []
+    try:
+        assert session.window == 3
+
+        def told(record: Any) -> None:  # the trials asked and not yet told
+            running.append(len(session.study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))))
+
+        session.run(8, told)
+    finally:
+        session.close()
+    assert len(running) == 8 and max(running) == 3
+    default = open_session(TuneConfig.of(sizes=({"M": 32, "N": 32, "K": 32},),
+                                         results=tmp_path / "default"))
+    try:
+        assert default.window == 1  # the C backend: one at a time
+    finally:
+        default.close()
+
+
+def test_a_negative_in_flight_is_one_clear_error(tmp_path: Path):
+    with pytest.raises(UserError, match="--in-flight must be 0"):
+        TuneConfig.of(results=tmp_path, in_flight=-1)

@@ -45,7 +45,7 @@ _SETTINGS: dict[str, type | tuple[type, ...]] = {
     "encoding": str, "illegal": str, "transforms": list, "sequence": list, "repeats": int,
     "timeout": (int, float), "compile_workers": int, "temperature": (int, float),
     "repairs": int, "max_tokens_total": int, "polish": (int, float),
-    "build_budget": (int, float), "ray_workers": int,
+    "build_budget": (int, float), "ray_workers": int, "in_flight": int,
 }
 _TOP_ONLY: dict[str, type | tuple[type, ...]] = {
     "name": str, "results": str, "storage": str, "executor": str, "ray_address": str,
@@ -61,11 +61,12 @@ _STUDY_ONLY: dict[str, type | tuple[type, ...]] = {
 _CHOICES = {k: CHOICES[k] for k in ("applier", "sampler", "encoding", "illegal")}
 _LEAST: dict[str, float] = {"trials": 0, "repeats": 1, "timeout": 0.001,
                             "compile_workers": 0, "repairs": 0, "max_tokens_total": 1,
-                            "polish": 0, "build_budget": 0, "ray_workers": 1}
+                            "polish": 0, "build_budget": 0, "ray_workers": 1,
+                            "in_flight": 0}
 _BELOW: dict[str, float] = {"polish": 1}
 # settings that are tune options of the same name and value (session.config.OPTIONS)
 _AS_OPTIONS = ("model", "seed", "sampler", "encoding", "illegal", "compile_workers",
-               "ray_workers")
+               "ray_workers", "in_flight")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 

@@ -162,6 +162,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                    metavar="N",
                    help="variants built in parallel while one is timed (default: 1 for the "
                         "C backend, one per core for GPU backends)")
+    p.add_argument("--in-flight", type=int, default=RunSettings.in_flight, metavar="N",
+                   help="trials between asking the sampler and telling it (default 0: "
+                        "twice the builds at once, so the compilers stay fed)")
     p.add_argument("--build-budget", type=_non_negative, default=RunSettings.build_budget,
                    metavar="B",
                    help="stop a build that runs past B times the median build of the run so "
@@ -341,7 +344,7 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
         tell_order=args.tell_order,
         ask_ahead=args.ask_ahead, sampler_processes=args.sampler_processes,
         step_values=args.step_values, compile_workers=args.compile_workers,
-        build_budget=args.build_budget,
+        build_budget=args.build_budget, in_flight=args.in_flight,
         apply_workers=args.apply_workers, executor=args.executor,
         ray_address=args.ray_address, ray_workers=args.ray_workers,
         eval_config=EvalConfig(timeout_s=args.timeout, repeats=args.repeats),

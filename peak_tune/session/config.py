@@ -170,11 +170,16 @@ class RunSettings:
     ray_workers: int = 0  # device actors on Ray; 0: one per GPU (per node for C)
     compile_workers: int = 0  # builds at once; 0: 1 for the C backend, else one per core
     build_budget: float = BUILD_BUDGET  # stop builds past this times the median (0: never)
+    # trials between ask and tell; 0: enough for the executor (twice its builds at once)
+    # and the appliers
+    in_flight: int = 0
     eval_config: EvalConfig = field(default_factory=EvalConfig)
     replay: Path | None = None  # answer evaluations from this recording (ReplayBackend)
 
     def __post_init__(self) -> None:
         _hold_choices(self, {"executor": ("executor", ExecutorChoice)})
+        if self.in_flight < 0:
+            raise UserError("--in-flight must be 0 (as many as the builds need) or more")
 
 
 _PARTS: dict[str, type] = {"target": TargetSettings, "applier": ApplierSettings,

@@ -289,8 +289,9 @@ class TuneSession:
 
     @property
     def window(self) -> int:
-        """Trials between ask and tell: enough to keep the executor and appliers busy."""
-        return max(self.executor.slots, self.apply_workers)
+        """Trials between ask and tell: enough to keep the executor and appliers busy, or
+        the run's `in_flight`."""
+        return self.config.run.in_flight or max(self.executor.slots, self.apply_workers)
 
     @property
     def compile_workers(self) -> int:
