@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from peak_tune.batch.files import BatchPlan, BatchStudy
 from peak_tune.executors import choose_executor
@@ -23,6 +22,7 @@ from peak_tune.executors import choose_executor
 __all__ = ["DeviceCounts", "claim", "kind_of", "on_ray", "share_devices", "stop_shared_ray"]
 
 DeviceCounts = Mapping[str, int]  # device profile name -> devices of that kind to share
+DeviceCounter = Callable[[BatchStudy], int]  # the devices of a study's kind
 
 
 def kind_of(study: BatchStudy) -> str:
@@ -44,7 +44,7 @@ def claim(study: BatchStudy, devices: DeviceCounts) -> int:
 
 
 def share_devices(plan: BatchPlan, parallel: int,
-                  count_devices: Any = None) -> tuple[BatchPlan, dict[str, int]]:
+                  count_devices: DeviceCounter | None = None) -> tuple[BatchPlan, dict[str, int]]:
     """The plan with each Ray study's `ray_workers` set to its share, and the devices of
     each shared kind. `count_devices(study) -> int` counts the devices of a study's kind
     (default: the Ray cluster's, Ray started or joined here). Nothing changes where
@@ -72,7 +72,7 @@ def share_devices(plan: BatchPlan, parallel: int,
     return dataclasses.replace(plan, studies=tuple(map(with_share, plan.studies))), devices
 
 
-def _ray_device_count() -> Any:
+def _ray_device_count() -> DeviceCounter:
     """Counts devices on the Ray cluster the plan's studies name (a local Ray if none);
     Ray stays up for the studies, which join it rather than start their own."""
     from peak_tune.executors.ray import RaySettings, devices_of_kind, import_ray, init_ray

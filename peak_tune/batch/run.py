@@ -3,10 +3,11 @@
 Studies run one after another by default. With `parallel > 1` several run at once in
 threads, but never two on one device, and a study timed on the host CPU (the C backend)
 only runs alone: anything beside it would disturb its timings. Studies on Ray share the
-devices of their kind (`batch.devices`): each holds its share while it runs. A study that fails (its
-device's backend is missing here, its storage refuses it) is reported with its reason
-and the others still run. A stop request lets each running study finish the trials it
-has in flight; studies not started yet are left as they are, ready to resume.
+devices of their kind (`batch.devices`): each holds its share while it runs. A study
+that fails (its device's backend is missing here, its storage refuses it) is reported
+with its reason and the others still run. A stop request lets each running study finish
+the trials it has in flight; studies not started yet are left as they are, ready to
+resume.
 """
 
 from __future__ import annotations
