@@ -51,12 +51,14 @@ STAGED_SHAPES = ((2, 2, 4, 4, 32), (2, 2, 2, 4, 32), (4, 2, 2, 4, 32), (2, 4, 4,
                  (4, 4, 2, 2, 16), (4, 2, 4, 4, 16), (2, 4, 4, 4, 16), (4, 4, 2, 4, 16))
 STAGED_CHECKS = (ProblemSize.of({"M": 256, "N": 256, "K": 96}),)  # multiples of 128, 32
 WORKGROUP = (FIXTURES / "coopmat_fp16_workgroup.slang").read_text()
-# the workgroup-scope shader's groups: (BM, BN, BK, THREADS)
+# the workgroup-scope shader's groups: (BM, BN, BK, THREADS), each by stride and through
+# tensor layouts (TENSOR), one K step a loop iteration or UNROLL 4
 WORKGROUP_SHAPES = ((128, 128, 32, 256), (128, 256, 32, 256), (256, 128, 32, 256),
                     (256, 256, 32, 256), (128, 128, 64, 128), (128, 256, 64, 256),
                     (256, 128, 64, 256), (128, 128, 32, 128), (64, 64, 32, 128),
                     (256, 256, 64, 512))
-WORKGROUP_CHECKS = (ProblemSize.of({"M": 512, "N": 512, "K": 192}),)  # multiples of 256, 64
+WORKGROUP_WAYS = ((0, 1), (1, 1), (1, 4))  # (TENSOR, UNROLL)
+WORKGROUP_CHECKS = (ProblemSize.of({"M": 512, "N": 512, "K": 256}),)  # multiples of 256
 WHOLE_TILES = ProblemSize.of({"M": 512, "N": 512, "K": 256})  # whole tiles of every row
 
 
@@ -243,10 +245,14 @@ def main() -> int:
                      {"grid_x": f"ceil_div(N, {16 * tn * wn})",
                       "grid_y": f"ceil_div(M, {16 * tm * wm})"}, STAGED_CHECKS)
                     for wm, wn, tm, tn, bk in STAGED_SHAPES]
-        shaders += [(f"workgroup cooperative matrices {bm}x{bn}x{bk}, {threads} threads",
-                     WORKGROUP, {"BM": bm, "BN": bn, "BK": bk, "THREADS": threads},
+        shaders += [(f"workgroup cooperative matrices {bm}x{bn}x{bk}, {threads} threads"
+                     + (", tensor layouts" if tensor else "")
+                     + (f", unroll {unroll}" if unroll > 1 else ""),
+                     WORKGROUP, {"BM": bm, "BN": bn, "BK": bk, "THREADS": threads,
+                                 "TENSOR": tensor, "UNROLL": unroll},
                      {"grid_x": f"ceil_div(N, {bn})", "grid_y": f"ceil_div(M, {bm})"},
-                     WORKGROUP_CHECKS) for bm, bn, bk, threads in WORKGROUP_SHAPES]
+                     WORKGROUP_CHECKS) for bm, bn, bk, threads in WORKGROUP_SHAPES
+                    for tensor, unroll in WORKGROUP_WAYS]
     if args.only:
         shaders = [shader for shader in shaders
                    if any(part in shader[0] for part in args.only.split(","))]

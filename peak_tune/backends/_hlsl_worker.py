@@ -68,7 +68,8 @@ def _info(request: dict[str, Any]) -> dict[str, Any]:
             "max_threads": device.max_invocations, "max_shared_bytes": device.max_shared_bytes,
             "robust": device.robust, "storage16": device.storage16,
             "cooperative_matrix": device.cooperative_matrix,
-            "workgroup_matrix": device.workgroup_matrix}
+            "workgroup_matrix": device.workgroup_matrix,
+            "tensor_addressing": device.tensor_addressing}
 
 
 class _Bound:

@@ -48,7 +48,8 @@ _CAPABILITIES = {9: "Float16", 22: "Int16", 39: "Int8", 61: "GroupNonUniform",
                  64: "GroupNonUniformBallot", 65: "GroupNonUniformShuffle",
                  66: "GroupNonUniformShuffleRelative", 68: "GroupNonUniformQuad",
                  4433: "StorageBuffer16BitAccess", 4434: "UniformAndStorageBuffer16BitAccess",
-                 5345: "VulkanMemoryModel", 6022: "CooperativeMatrixKHR"}
+                 5345: "VulkanMemoryModel", 6022: "CooperativeMatrixKHR",
+                 5433: "CooperativeMatrixTensorAddressingNV", 5439: "TensorAddressingNV"}
 
 
 class SpirvError(ValueError):

@@ -36,6 +36,9 @@ COOPERATIVE_MATRIX_2_FEATURES = (
      "cooperativeMatrixReductions", "cooperativeMatrixConversions",
      "cooperativeMatrixPerElementOperations", "cooperativeMatrixTensorAddressing",
      "cooperativeMatrixBlockLoads"))
+COOPERATIVE_MATRIX_2_USED = ("cooperativeMatrixWorkgroupScope",
+                             "cooperativeMatrixFlexibleDimensions",
+                             "cooperativeMatrixTensorAddressing")
 
 
 class VulkanUnavailable(RuntimeError):
@@ -194,6 +197,9 @@ class VulkanDevice:
         self.workgroup_matrix = self.cooperative_matrix and all(
             on.get(("cooperative2", name), False) for name in
             ("cooperativeMatrixWorkgroupScope", "cooperativeMatrixFlexibleDimensions"))
+        # cooperative matrices loaded and stored through tensor layouts (SPV_NV_tensor_addressing)
+        self.tensor_addressing = self.cooperative_matrix and on.get(
+            ("cooperative2", "cooperativeMatrixTensorAddressing"), False)
         self.statistics_on = on.get(("executable", "pipelineExecutableInfo"), False)
         wanted = self._optional_features(extensions, on)
         features = vk.VkPhysicalDeviceFeatures2(
@@ -201,7 +207,8 @@ class VulkanDevice:
             features=vk.VkPhysicalDeviceFeatures(
                 robustBufferAccess=vk.VK_TRUE if robust_on else vk.VK_FALSE))
         enabled = [name for name, used in ((_COOPERATIVE_MATRIX, self.cooperative_matrix),
-                                           (_COOPERATIVE_MATRIX_2, self.workgroup_matrix),
+                                           (_COOPERATIVE_MATRIX_2, self.workgroup_matrix
+                                            or self.tensor_addressing),
                                            (_EXECUTABLE_PROPERTIES, self.statistics_on))
                    if used]
         info = vk.VkDeviceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
@@ -253,10 +260,10 @@ class VulkanDevice:
                           "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR",
                           ("cooperativeMatrix",)))
         if _COOPERATIVE_MATRIX in extensions and _COOPERATIVE_MATRIX_2 in extensions:
-            # the thread group's matrices: only the two features their shaders use are
-            # enabled (the others, asked for, stay off)
+            # the thread group's matrices and their loads through tensor layouts: only the
+            # features their shaders use are enabled (the others, asked for, stay off)
             kinds.append(("cooperative2", COOPERATIVE_MATRIX_2_FEATURES, "",
-                          COOPERATIVE_MATRIX_2_FEATURES[1][:2]))
+                          COOPERATIVE_MATRIX_2_USED))
         if self._want_statistics and _EXECUTABLE_PROPERTIES in extensions:
             kinds.append(("executable",
                           "VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",

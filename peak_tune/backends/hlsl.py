@@ -149,7 +149,8 @@ class HlslBackend:
                          "shared_bytes": found.shared_bytes,
                          "cooperative_matrix": int("CooperativeMatrixKHR"
                                                    in found.capabilities),
-                         "workgroup_matrix": int(found.workgroup_matrices)}
+                         "workgroup_matrix": int(found.workgroup_matrices),
+                         "tensor_addressing": int("TensorAddressingNV" in found.capabilities)}
 
         artifact = built_or_reused(build_dir, key, ".spv", build)
         self._check_limits(artifact.resources)
@@ -187,6 +188,11 @@ class HlslBackend:
             raise InvalidPoint(f"the shader uses cooperative matrices of a whole thread "
                                f"group, which {self._runner.info()['name']} does not expose "
                                "(VK_NV_cooperative_matrix2's workgroup scope)")
+        if resources.get("tensor_addressing") and \
+                not self._runner.info().get("tensor_addressing"):
+            raise InvalidPoint(f"the shader loads cooperative matrices through tensor layouts, "
+                               f"which {self._runner.info()['name']} does not expose "
+                               "(VK_NV_cooperative_matrix2's tensor addressing)")
         message = {
             "op": "evaluate", "spirv": artifact.path, "launch": dict(context.launch),
             "params": dict(params),
