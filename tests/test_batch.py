@@ -310,3 +310,27 @@ def test_in_flight_in_a_batch_file_reaches_each_study(tmp_path):
     assert [s.config.run.in_flight for s in plan.studies] == [40, 40]
     with pytest.raises(UserError, match="in_flight: must be at least 0"):
         load_batch(write(tmp_path, text.replace("40", "-2")), tmp_path / "results")
+
+
+def test_a_study_whose_devices_cannot_be_counted_fails_alone(tmp_path):
+    """Counting a kind's devices resolves a study's target; one that cannot be resolved
+    (too large for this host's memory) used to end the whole batch at its start. Now it
+    claims one device and fails on its own line while the others share their devices."""
+    from peak_tune.batch.devices import kind_of, share_devices
+    from peak_tune.batch.run import StudyProgress, _fits
+
+    plan = load_batch(write(tmp_path, RAY_STUDIES), tmp_path / "results")
+
+    def count(study):
+        if study.config.target.dtype == "float32":
+            raise UserError("the problem needs 400 GB of host memory; this machine has 125")
+        return 4
+
+    shared, devices = share_devices(plan, 2, count)
+    assert devices == {"h200": 4, "h100": 4}
+    workers = {f"{s.config.target.dtype}-{kind_of(s)}": s.config.run.ray_workers
+               for s in shared.studies}
+    assert workers == {"float32-h200": 1, "float16-h200": 2, "bfloat16-h200": 2,
+                       "float16-h100": 3}
+    fp32, fp16, bf16, _ = (StudyProgress(s) for s in shared.studies)
+    assert _fits(fp32, [fp16], devices) and not _fits(bf16, [fp32, fp16], devices)

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from peak_tune.batch.files import BatchPlan, BatchStudy
+from peak_tune.errors import UserError
 from peak_tune.executors import choose_executor
 
 __all__ = ["DeviceCounts", "claim", "kind_of", "on_ray", "share_devices", "stop_shared_ray"]
@@ -54,19 +55,27 @@ def share_devices(plan: BatchPlan, parallel: int,
         return plan, {}
     count = count_devices or _ray_device_count()
     devices: dict[str, int] = {}
+    unresolved: set[str] = set()
     for study in shared:
         kind = kind_of(study)
         if kind not in devices:
-            devices[kind] = max(1, int(count(study)))
+            try:
+                devices[kind] = max(1, int(count(study)))
+            except UserError:
+                # its target cannot be resolved (e.g. too large for this host's memory):
+                # the study claims one device and fails alone, with that line as its reason
+                unresolved.add(study.name)
+    shared = [s for s in shared if s.name not in unresolved and kind_of(s) in devices]
     studies_of = Counter(kind_of(s) for s in shared)
     names = {s.name for s in shared}
     shares = {kind: max(1, devices[kind] // min(parallel, studies_of[kind]))
-              for kind in devices}
+              for kind in studies_of}
 
     def with_share(study: BatchStudy) -> BatchStudy:
-        if study.name not in names or study.config.run.ray_workers > 0:
+        if study.name not in names | unresolved or study.config.run.ray_workers > 0:
             return study
-        config = study.config.with_options(ray_workers=shares[kind_of(study)])
+        share = 1 if study.name in unresolved else shares[kind_of(study)]
+        config = study.config.with_options(ray_workers=share)
         return dataclasses.replace(study, config=config)
 
     return dataclasses.replace(plan, studies=tuple(map(with_share, plan.studies))), devices
