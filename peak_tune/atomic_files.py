@@ -27,7 +27,8 @@ def put_atomically(path: Path, write: Callable[[Path], object], doing: str = "")
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
     for _ in range(_ATTEMPTS):
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not _folder_made(path.parent):
+                continue
             write(temporary)
             os.replace(temporary, path)
             return
@@ -44,6 +45,18 @@ def put_atomically(path: Path, write: Callable[[Path], object], doing: str = "")
             raise
     raise EnvironmentFault(FOLDER_REMOVED, f"{doing}: {path.parent} was deleted "
                                            f"{_ATTEMPTS} times as it was written")
+
+
+def _folder_made(folder: Path) -> bool:
+    """Make `folder` if missing; False where it was deleted while pathlib made it (its
+    mkdir found it there, then saw no folder: a race with a user clearing the cache)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        if folder.exists():  # a file in the folder's place: not a race
+            raise
+        return False
+    return True
 
 
 def write_atomically(path: Path, data: str | bytes, doing: str = "") -> None:

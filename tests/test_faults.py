@@ -327,3 +327,29 @@ def test_deleting_the_cache_mid_run_is_no_crash_and_loses_no_trial(tmp_path: Pat
     assert len(stored) >= 4
     assert "compile_error" not in {t.user_attrs.get("status") for t in stored}, [
         t.user_attrs.get("message") for t in stored if "message" in t.user_attrs]  # no blame
+
+
+def test_a_folder_deleted_while_it_is_made_is_made_again(tmp_path: Path, monkeypatch) -> None:
+    """The race CI once hit: pathlib's mkdir found the cache's folder there (EEXIST), a
+    user's rm -r removed it before pathlib saw a directory, and mkdir raised
+    FileExistsError for a folder that no longer existed, ending the run. The write now
+    makes the folder again; a file in the folder's place still fails."""
+    from peak_tune.atomic_files import write_atomically
+
+    folder = tmp_path / "cache" / "builds"
+    real_mkdir = Path.mkdir
+    raced: list[Path] = []
+
+    def mkdir_racing(self: Path, *args: object, **kwargs: object) -> None:
+        if self == folder and not raced:
+            raced.append(self)  # as if made by another thread, then deleted at once
+            raise FileExistsError(17, "File exists", str(self))
+        real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_racing)
+    write_atomically(folder / "log.txt", "built")
+    assert raced and (folder / "log.txt").read_text() == "built"
+    monkeypatch.setattr(Path, "mkdir", real_mkdir)
+    (tmp_path / "taken").write_text("a file where a folder should be")
+    with pytest.raises(Exception, match="taken"):
+        write_atomically(tmp_path / "taken" / "x.txt", "x")
