@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -45,6 +46,25 @@ def test_finished_trials_reach_the_storage_and_running_ones_do_not(tmp_path: Pat
     assert [t.state for t in stored] == [optuna.trial.TrialState.COMPLETE] * 4
     assert all(t.user_attrs["note"] == "kept" for t in stored)
     assert [t.params for t in stored] == [t.params for t in mirror.working.trials[:4]]
+
+
+def test_stored_trials_keep_when_they_started_and_ended(tmp_path: Path) -> None:
+    """The dashboard's durations and timeline read these: they are the trial's own
+    times, not the moment the writer stored it."""
+    url = results_storage_url(tmp_path)
+    mirror = _driver(url)
+    trial = mirror.working.ask()
+    trial.suggest_float("x", 0, 1)
+    time.sleep(0.2)
+    mirror.working.tell(trial, 1.0)
+    time.sleep(0.2)  # stored (at close) well after it ended
+    mirror.finished(trial.number)
+    mirror.close()
+    worked = mirror.working.trials[0]
+    stored = optuna.load_study(study_name="shared", storage=url).trials[0]
+    assert stored.datetime_start == worked.datetime_start
+    assert stored.datetime_complete == worked.datetime_complete
+    assert stored.duration is not None and stored.duration.total_seconds() >= 0.2
 
 
 def test_a_resumed_driver_starts_from_every_finished_trial(tmp_path: Path) -> None:

@@ -323,11 +323,16 @@ def _file_identity(path: Path | None) -> tuple[int, int] | None:
 
 def _copy(trial: FrozenTrial, system_attrs: dict[str, object]) -> FrozenTrial:
     distributions: dict[str, BaseDistribution] = dict(trial.distributions)
-    return optuna.trial.create_trial(
+    copy = optuna.trial.create_trial(
         state=trial.state, values=trial.values, params=trial.params,
         distributions=distributions, user_attrs=dict(trial.user_attrs),
         system_attrs=system_attrs, intermediate_values=dict(trial.intermediate_values),
     )
+    # create_trial stamps both times with "now": the dashboard's durations and timeline
+    # need the trial's own.
+    copy.datetime_start = trial.datetime_start
+    copy.datetime_complete = trial.datetime_complete
+    return copy
 
 
 def open_mirrored_study(
