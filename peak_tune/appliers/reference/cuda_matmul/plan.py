@@ -107,8 +107,8 @@ class Plan:
     # only sizes of whole block tiles (HLSL only)
     direct_store: bool = False
     # workgroup-matrix: the whole thread group holds one BLOCK_M x BLOCK_N cooperative
-    # matrix and loads its A and B tiles from the buffers (VK_NV_cooperative_matrix2's
-    # workgroup scope; HLSL only)
+    # matrix, loads its A and B tiles from the buffers and stores it to C through tensor
+    # layouts (VK_NV_cooperative_matrix2's workgroup scope; HLSL only)
     workgroup_matrix: bool = False
 
     def but(self, **changes: bool) -> Plan:
@@ -201,7 +201,7 @@ _NEEDS: tuple[tuple[str, str], ...] = (
     ("wave_broadcast", "thread_cache"),
     ("wave_broadcast", "warp_tile"),
     ("direct_store", "coopmat"),
-    ("workgroup_matrix", "direct_store"),
+    ("workgroup_matrix", "coopmat"),
 )
 _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("staging", "stages"),
@@ -230,6 +230,9 @@ _EXCLUDES: tuple[tuple[str, str], ...] = (
     ("workgroup_matrix", "vector_b"),
     ("workgroup_matrix", "staging"),
     ("workgroup_matrix", "interior"),
+    # its tile goes to C through a tensor layout that drops what lies outside, for any
+    # size; direct-store's (whole tiles only) would be left unused
+    ("workgroup_matrix", "direct_store"),
 )
 
 

@@ -429,12 +429,16 @@ def direct_store(plan: Plan, device: DeviceProfile) -> Change:
 
 def workgroup_matrix(plan: Plan, device: DeviceProfile) -> Change:
     """The thread group's one BLOCK_M x BLOCK_N cooperative matrix, its tiles loaded from
-    the buffers: HLSL only, on a device whose profile names VK_NV_cooperative_matrix2's
-    workgroup scope (facts.workgroup_matrix); whole tiles only, K too."""
+    the buffers and stored to C through tensor layouts that clamp at the matrices' edges
+    (any size): HLSL only, on a device whose profile names VK_NV_cooperative_matrix2's
+    workgroup scope (facts.workgroup_matrix)."""
     _once(plan.workgroup_matrix, "workgroup-matrix: the group already holds one matrix")
-    if not plan.direct_store:
-        raise InvalidPoint("workgroup-matrix stores its tile straight to C: apply "
-                           "direct-store first")
+    if not plan.coopmat:
+        raise InvalidPoint("workgroup-matrix replaces the subgroups' cooperative matrices: "
+                           "apply cooperative-matrix first")
+    _once(plan.direct_store, "workgroup-matrix stores the group's tile through a tensor "
+                             "layout, for any size: direct-store's whole-tile store would be "
+                             "left unused")
     for part, step in (("vector_b", "vector-loads"), ("staging", "register-staging"),
                        ("interior", "interior-tiles")):
         _once(getattr(plan, part), f"workgroup-matrix loads its tiles from the buffers: "
@@ -443,9 +447,7 @@ def workgroup_matrix(plan: Plan, device: DeviceProfile) -> Change:
         raise InvalidPoint(f"workgroup-matrix needs cooperative matrices of a whole thread "
                            f"group (VK_NV_cooperative_matrix2); device {device.name!r} names "
                            "none (facts.workgroup_matrix)")
-    return Change(plan.but(workgroup_matrix=True),
-                  size_constraints=("M % BLOCK_M == 0", "N % BLOCK_N == 0",
-                                    "K % TILE_K_SIZE == 0"))
+    return Change(plan.but(workgroup_matrix=True))
 
 
 def wave_broadcast(plan: Plan, device: DeviceProfile) -> Change:

@@ -203,7 +203,8 @@ def _coopmat_types(writer: HlslWriter, plan: Plan) -> None:
         writer.lines(
             "// workgroup-matrix: one matrix of the whole thread group (VK_NV_cooperative_",
             "// matrix2's workgroup scope, printed as Slang), fp32 accumulation; the driver",
-            "// splits the work among the group's subgroups and stages the tiles.",
+            "// splits the work among the group's subgroups and stages the tiles, which",
+            "// tensor layouts address (SPV_NV_tensor_addressing).",
             "using namespace linalg;",
             "typealias TileA = CoopMat<DTYPE, MemoryScope.Workgroup, BLOCK_M, PT_TK, "
             "CoopMatMatrixUse::MatrixA>;",
@@ -234,14 +235,22 @@ def _coopmat_types(writer: HlslWriter, plan: Plan) -> None:
 
 def _workgroup_matrix(writer: HlslWriter) -> None:
     """workgroup-matrix: the group's one accumulator, K in PT_TK steps, its A and B tiles
-    loaded from the buffers, stored straight to C (whole tiles only, K too)."""
-    writer.line("Sum acc = Sum(0.0);")
+    loaded from the buffers and the result stored to C through tensor layouts (slices of
+    each matrix) whose Constant clamp mode reads zeros and drops stores outside it."""
+    writer.lines(
+        "// Each matrix as a tensor layout (dimensions, row stride); a tile is a slice of",
+        "// it. Outside the matrix, loads read 0 and stores are dropped: any size works.",
+        "TensorLayout<2, CoopMatClampMode.Constant> a_layout, b_layout, c_layout;",
+        "let a_matrix = a_layout.Dimension((uint)M, (uint)K).Stride((uint)K, 1).ClampValue(0);",
+        "let b_matrix = b_layout.Dimension((uint)K, (uint)N).Stride((uint)N, 1).ClampValue(0);",
+        "let c_matrix = c_layout.Dimension((uint)M, (uint)N).Stride((uint)N, 1);",
+        "Sum acc = Sum(0.0);")
     with writer.block("for (int k0 = k_lo; k0 < k_hi; k0 += PT_TK)"):
         writer.lines(
-            "TileA a = TileA.Load<CoopMatMatrixLayout::RowMajor>(A, bm * K + k0, K);",
-            "TileB b = TileB.Load<CoopMatMatrixLayout::RowMajor>(B, k0 * N + bn, N);",
+            "TileA a = TileA.Load(A, 0, a_matrix.Slice(bm, BLOCK_M, k0, PT_TK));",
+            "TileB b = TileB.Load(B, 0, b_matrix.Slice(k0, PT_TK, bn, BLOCK_N));",
             "acc = coopMatMulAdd<float, false>(a, b, acc);")
-    writer.line("Out(acc).Store<CoopMatMatrixLayout::RowMajor>(C, bm * N + bn, N);")
+    writer.line("Out(acc).Store(C, 0, c_matrix.Slice(bm, BLOCK_M, bn, BLOCK_N));")
 
 
 def _coopmat_accumulators(writer: HlslWriter) -> None:
