@@ -29,6 +29,7 @@ from peak_tune.catalog.resolve import Catalog
 from peak_tune.catalog.types import DeviceProfile, Transformation
 from peak_tune.core import KernelContext, ProblemSize
 from peak_tune.errors import ApplyError, BackendUnavailable, InvalidPoint, WrongResult
+from peak_tune.expr import evaluate_bool
 from tests.backends.test_hlsl_toolchain import COMPILERS_HERE, _no_vulkan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -449,6 +450,26 @@ def test_workgroup_matrix_gives_the_group_one_matrix_through_tensor_layouts(cata
     assert "Out(acc).Store(C, 0, c_matrix.Slice(bm, BLOCK_M, bn, BLOCK_N));" in source
     assert ".ClampValue(0)" in source  # what a load reads past the edge adds nothing
     assert context.size_constraints == ()
+
+
+@pytest.mark.parametrize(("waves", "block", "ok"), [
+    ((2, 2), (128, 128), True),
+    ((2, 4), (128, 256), True),  # 256 threads, the driver's most
+    ((4, 4), (256, 256), False),  # 512 threads: no workgroup-scope shape has them
+    ((1, 4), (48, 128), False),  # 128 threads want M in steps of 32
+    ((1, 2), (48, 64), True),  # 64 threads take M in steps of 16
+    ((2, 4), (64, 48), False),  # 256 threads want N in steps of 32 too
+])
+def test_workgroup_matrix_keeps_to_the_drivers_workgroup_shapes(catalog, coopmat2, waves,
+                                                                block, ok):
+    """The point's thread group and tile must be a workgroup-scope shape the driver lists
+    (NVIDIA's flexible dimensions: 32-256 threads; M in steps of 32 from 128 threads, N
+    too at 256): others are pruned before a build instead of failing on the device."""
+    context = applied(catalog, coopmat2, WORKGROUP)
+    point = {"WAVES_M": waves[0], "WAVES_N": waves[1], "BLOCK_M": block[0],
+             "BLOCK_N": block[1], "TILE_K_SIZE": 32}
+    ours = context.constraints[-3:]  # workgroup-matrix's own, after cooperative-matrix's
+    assert all(evaluate_bool(c, point) for c in ours) == ok
 
 
 def test_workgroup_matrix_needs_the_devices_workgroup_scope_and_no_groupshared_copies(

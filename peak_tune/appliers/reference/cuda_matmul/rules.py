@@ -447,7 +447,15 @@ def workgroup_matrix(plan: Plan, device: DeviceProfile) -> Change:
         raise InvalidPoint(f"workgroup-matrix needs cooperative matrices of a whole thread "
                            f"group (VK_NV_cooperative_matrix2); device {device.name!r} names "
                            "none (facts.workgroup_matrix)")
-    return Change(plan.but(workgroup_matrix=True))
+    # the driver's workgroup-scope shapes (VkCooperativeMatrixFlexibleDimensionsProperties
+    # NV; NVIDIA's, read with benchmarks/vulkan_features.py): groups of 32, 64, 128 or 256
+    # threads (WAVES_M and WAVES_N are powers of 2), M a multiple of 32 from 128 threads,
+    # N too at 256
+    threads = f"{device.wave_size} * WAVES_M * WAVES_N"
+    limit = _fact(device, "workgroup_matrix_max_threads", 256)
+    ties = (f"{threads} <= {limit}", f"{threads} < 128 or BLOCK_M % 32 == 0",
+            f"{threads} < 256 or BLOCK_N % 32 == 0")
+    return Change(plan.but(workgroup_matrix=True), ties)
 
 
 def wave_broadcast(plan: Plan, device: DeviceProfile) -> Change:
