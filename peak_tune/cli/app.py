@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from peak_tune.appliers import default_applier
+from peak_tune.backends import BACKENDS
 from peak_tune.backends.base import (
     BUILD_BUDGET,
     BUILD_BUDGET_AFTER,
@@ -97,7 +98,8 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
                         "resumed with --study runs only those it lacks, so the same command "
                         "finishes a stopped run; 0 runs none")
     p.add_argument("--kernel", default=TargetSettings.kernel)
-    p.add_argument("--backend", help="c (default without a GPU)")
+    p.add_argument("--backend", help=f"{', '.join(sorted(BACKENDS))} (default: the "
+                                     "device's; the cpu device's is c)")
     p.add_argument("--device", help="device profile (see `peak-tune devices`); default cpu")
     p.add_argument("--dtype", default=TargetSettings.dtype)
     p.add_argument("--size", action="append", type=_size, default=[], metavar="SIZE",

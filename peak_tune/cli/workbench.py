@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from peak_tune.backends import BACKENDS
 from peak_tune.backends.base import EvalConfig
 from peak_tune.core import size_of
 from peak_tune.errors import ApplyError, UserError
@@ -37,7 +38,8 @@ def _params(text: str) -> dict[str, int]:
 
 def _target_options(p: argparse.ArgumentParser, size: Callable[[str], Any]) -> None:
     p.add_argument("--kernel", help="kernel (default: the starting checkpoint's, else matmul)")
-    p.add_argument("--backend", help="c, cuda (default: the starting checkpoint's, else c)")
+    p.add_argument("--backend", help=f"{', '.join(sorted(BACKENDS))} (default: the starting "
+                                     "checkpoint's, else the device's)")
     p.add_argument("--device", help="device profile (default: the checkpoint's, else cpu)")
     p.add_argument("--dtype", help="default: the checkpoint's, else float32")
     p.add_argument("--size", type=size, metavar="N|MxNxK",
