@@ -57,7 +57,9 @@ WORKGROUP_SHAPES = ((128, 128, 32, 256), (128, 256, 32, 256), (256, 128, 32, 256
                     (256, 256, 32, 256), (128, 128, 64, 128), (128, 256, 64, 256),
                     (256, 128, 64, 256), (128, 128, 32, 128), (64, 64, 32, 128),
                     (256, 256, 64, 512))
-WORKGROUP_WAYS = ((0, 1), (1, 1), (1, 4))  # (TENSOR, UNROLL)
+# (TENSOR, UNROLL): by stride, through tensor layouts (clamp mode Undefined, then
+# Constant), unrolled
+WORKGROUP_WAYS = ((0, 1), (1, 1), (2, 1), (1, 4))
 WORKGROUP_CHECKS = (ProblemSize.of({"M": 512, "N": 512, "K": 256}),)  # multiples of 256
 WHOLE_TILES = ProblemSize.of({"M": 512, "N": 512, "K": 256})  # whole tiles of every row
 
@@ -253,6 +255,7 @@ def main() -> int:
                     for wm, wn, tm, tn, bk in STAGED_SHAPES]
         shaders += [(f"workgroup cooperative matrices {bm}x{bn}x{bk}, {threads} threads"
                      + (", tensor layouts" if tensor else "")
+                     + (" clamped" if tensor == 2 else "")
                      + (f", unroll {unroll}" if unroll > 1 else ""),
                      WORKGROUP, {"BM": bm, "BN": bn, "BK": bk, "THREADS": threads,
                                  "TENSOR": tensor, "UNROLL": unroll},
