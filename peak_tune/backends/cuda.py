@@ -160,10 +160,7 @@ class CudaBackend:
                             f"not {dtype!r}")
         check_launch(context.launch, None)
         self._check_resources(context, params, None)  # before NVRTC: no build to waste
-        element, accumulator = self.element_types[dtype]
-        options = [*FLAGS, f"-arch={self._arch()}", f"-DDTYPE={element}",
-                   f"-DACC={accumulator}", *self._language_defines(),
-                   *macro_flags(params, _RESERVED_MACROS)]
+        options = self.nvrtc_options(params, dtype)
         version = nvrtc_version()
         identity = {"build": context.build_identity(), "options": options,
                     "params": sorted(params.items()), "nvrtc": version}
@@ -171,13 +168,25 @@ class CudaBackend:
         key = stable_hash(identity)
 
         def build(cubin: Path) -> tuple[str, dict[str, int]]:
-            headers = [*self._language_includes(), *([include_dir()] if include_dir() else [])]
-            return build_cubin(context.source, [*options, *(f"-I{h}" for h in headers)],
+            return build_cubin(context.source, [*options, *self.include_flags()],
                                f"{key}.cu", context.entry, cubin, time_limit_s)
 
         artifact = built_or_reused(build_dir, key, ".cubin", build)
         self._check_resources(context, params, artifact)
         return artifact
+
+    def nvrtc_options(self, params: Mapping[str, int], dtype: str) -> list[str]:
+        """NVRTC's options for a build at `params` in `dtype`, part of the build's key (the
+        header folders aside: include_flags)."""
+        element, accumulator = self.element_types[dtype]
+        return [*FLAGS, f"-arch={self._arch()}", f"-DDTYPE={element}", f"-DACC={accumulator}",
+                *self._language_defines(), *macro_flags(params, _RESERVED_MACROS)]
+
+    def include_flags(self) -> list[str]:
+        """-I for the language's headers and the CUDA toolkit's (cuda_fp16.h and the like,
+        found by include_dir)."""
+        headers = [*self._language_includes(), *([include_dir()] if include_dir() else [])]
+        return [f"-I{h}" for h in headers]
 
     # The source language: CUDA here; HIP on NVIDIA (backends.hip) adds its header.
     def _language_defines(self) -> list[str]:

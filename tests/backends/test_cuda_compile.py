@@ -13,8 +13,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -131,6 +132,21 @@ def test_seed_compiles_to_a_cubin_with_its_resources(
     assert 8 <= artifact.resources["registers"] <= 64
     assert artifact.resources["stack_bytes"] == 0
     assert artifact.resources["shared_static_bytes"] == 0
+
+
+@needs_nvrtc
+def test_the_build_cost_benchmark_reports_nvrtcs_phases(
+    backend: CudaBackend, spec: KernelSpec, benchmark: Callable[[str], ModuleType]
+) -> None:
+    """benchmarks/nvrtc_build_cost.py --phases: NVRTC's own phase times for a build with
+    the backend's options, and the front end of the kernel's headers alone (what a
+    precompiled header could save)."""
+    cost = benchmark("nvrtc_build_cost")
+    phases = cost._phases(backend, seed_context(spec, "cuda"), {}, "float16", 1)
+    assert {"CUDA C++ Frontend", "NVVM Optimizer", "PTX Translation",
+            "headers only"} <= set(phases)
+    assert all(ms > 0 for ms in phases.values())
+    assert phases["headers only"] <= 2 * phases["CUDA C++ Frontend"]
 
 
 @needs_nvrtc
