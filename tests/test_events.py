@@ -57,6 +57,35 @@ def test_a_run_tells_every_trial_each_new_best_the_vendor_and_its_end(tmp_path: 
     assert end == RunEnded(15, stopped=False) and heard.events[-1] is end
 
 
+def test_trials_are_shown_and_summed_up_by_their_stored_numbers(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """Where the storage numbers a trial otherwise than the working study (trials stored
+    as they finish, other drivers' in between: the study mirror's test), the run speaks
+    of it by the stored number, the dashboard's: in each trial's line, the summary's best
+    and the sanitizer's rejections (which a resumed run reads)."""
+    from peak_tune.session.progress import summary
+
+    session = open_session(TuneConfig.of(sizes=({"M": 96, "N": 96, "K": 96},), results=tmp_path,
+                                         only=SPACE, replay=RECORDING, seed=1))
+    monkeypatch.setattr(session.searcher.mirror, "stored_number", lambda number: number + 100)
+    heard = Heard()
+    session.subscribe(heard)
+    try:
+        session.measure_vendor()
+        session.run(8)
+        best = session.searcher.best_trial()
+        assert best is not None
+        assert [e.record.number for e in heard.of(TrialFinished)] == [
+            t.number + 100 for t in session.study.trials if t.state.is_finished()]
+        assert summary(session, 1.0)["best"]["trial"] == best.number + 100
+        session.searcher.reject(best.number)
+        assert session.study.user_attrs["sanitizer_rejected"] == [best.number + 100]
+        after = session.searcher.best_trial()
+        assert after is not None and after.number != best.number  # no longer counted
+    finally:
+        session.close()
+
+
 def test_an_observer_that_fails_is_logged_and_the_others_still_hear() -> None:
     class Broken:
         def notify(self, event: Event) -> None:

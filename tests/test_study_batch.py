@@ -46,8 +46,8 @@ def same_as_add_trial(url: str) -> None:
     batched = optuna.create_study(storage=storage, study_name="batched")
     one_by_one = optuna.create_study(storage=storage, study_name="one-by-one")
     trials = finished_trials(25)
-    add_finished(batched, trials[:10])
-    add_finished(batched, trials[10:])
+    assert add_finished(batched, trials[:10]) == list(range(10))  # the numbers it gave
+    assert add_finished(batched, trials[10:]) == list(range(10, 25))
     for trial in trials:
         one_by_one.add_trial(trial)
     got = optuna.load_study(study_name="batched", storage=open_storage(url)).trials

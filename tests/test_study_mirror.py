@@ -91,6 +91,28 @@ def test_two_drivers_of_one_study_see_each_other_without_duplicates(tmp_path: Pa
     assert len(optuna.load_study(study_name="shared", storage=url).trials) == 5
 
 
+def test_each_trial_is_known_by_the_number_the_storage_gave_it(tmp_path: Path) -> None:
+    """Two drivers store their trials in the order they finish them, interleaved, so a
+    working study's numbers are not the stored ones: the mirror knows which is which, for
+    its own trials and those it pulled (what the run prints is what the dashboard shows)."""
+    url = results_storage_url(tmp_path)
+    a, b = _driver(url), _driver(url)
+    _run(b, 2)  # stored as 0, 1
+    _run(a, 3)  # a's 0, 1, 2 stored as 2, 3, 4
+    assert [a.stored_number(n) for n in range(3)] == [2, 3, 4]
+    assert [b.stored_number(n) for n in range(2)] == [0, 1]
+    assert a.pull() == 2  # b's trials, 3 and 4 in a's working study
+    assert [a.stored_number(n) for n in (3, 4)] == [0, 1]
+    assert a.stored_number(99) == 99  # not stored (yet): its own number
+    a.close()
+    b.close()
+    stored = optuna.load_study(study_name="shared", storage=url).trials
+    for mirror, count in ((a, 5), (b, 2)):
+        for number in range(count):
+            assert stored[mirror.stored_number(number)].params == \
+                mirror.working.trials[number].params
+
+
 def test_a_trial_the_storage_refuses_is_a_clear_error_on_the_next_call(tmp_path: Path) -> None:
     mirror = _driver(results_storage_url(tmp_path))
     trial = mirror.working.ask()

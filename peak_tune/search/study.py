@@ -337,8 +337,14 @@ class Searcher:
         """Completed trials, fastest first, without those the sanitizer rejected."""
         rejected = set(self.study.user_attrs.get("sanitizer_rejected", []))
         done = [t for t in self.study.get_trials(deepcopy=False)
-                if t.state == TrialState.COMPLETE and t.values and t.number not in rejected]
+                if t.state == TrialState.COMPLETE and t.values
+                and self.stored_number(t) not in rejected]
         return sorted(done, key=lambda t: -t.values[0])
+
+    def stored_number(self, trial: FrozenTrial) -> int:
+        """The trial's number in the persistent study (the dashboard's), which a resumed
+        run's working study gives it again."""
+        return self.mirror.stored_number(trial.number)
 
     def finished_trials(self) -> int:
         """Trials the study holds that were evaluated (not those a hard stop cut short):
@@ -355,9 +361,11 @@ class Searcher:
         return best.values[0] if best else 0.0
 
     def reject(self, number: int) -> None:
-        """Trial `number` no longer counts as a best (the sanitizer found it wrong)."""
+        """Trial `number` no longer counts as a best (the sanitizer found it wrong). The
+        study keeps its stored number: the working numbers of a later run are those."""
         rejected = self.study.user_attrs.get("sanitizer_rejected", [])
-        self.mirror.set_user_attr("sanitizer_rejected", [*rejected, number])
+        self.mirror.set_user_attr("sanitizer_rejected",
+                                  [*rejected, self.mirror.stored_number(number)])
 
     def close(self) -> None:
         """Write every finished trial to the storage; stop the sampler process."""

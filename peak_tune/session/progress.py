@@ -213,7 +213,7 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "sequence": list(attrs.sequence),
             "params": attrs.params,
             "context_hash": attrs.context_hash,
-            "trial": best.number if best else None,
+            "trial": session.searcher.stored_number(best) if best else None,
             "gflops_by_size": attrs.gflops_by_size,
             "noisy": attrs.noisy,
         },

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import Any, cast
 
 import optuna
@@ -263,7 +264,9 @@ class TuneSession:
 
     def _stored(self, record: TrialRecord,
                 on_trial: Callable[[TrialRecord], None] | None) -> None:
-        """A told trial the storage now holds: to `on_trial` and the observers."""
+        """A told trial the storage now holds: to `on_trial` and the observers, by the
+        number the storage gave it (the dashboard's and `peak-tune show`'s)."""
+        record = replace(record, number=self.searcher.mirror.stored_number(record.number))
         if on_trial is not None:
             on_trial(record)
         best = self.searcher.best_gflops()
@@ -401,13 +404,14 @@ class TuneSession:
                 sanitize(*built)
             except EvaluationError as exc:
                 self.searcher.reject(trial.number)
-                lines.append(f"trial {trial.number}: rejected: {exc}")
+                lines.append(f"trial {self.searcher.stored_number(trial)}: rejected: {exc}")
                 continue
-            lines.append(f"trial {trial.number}: compute-sanitizer found nothing")
+            lines.append(f"trial {self.searcher.stored_number(trial)}: compute-sanitizer "
+                         "found nothing")
             break
         best = self.searcher.best_trial()
         if self.confirmation is not None and best is not None and (
-                best.number != self.confirmation.trial):
+                self.searcher.stored_number(best) != self.confirmation.trial):
             self.confirm_best()  # the re-timed trial was rejected: re-time the new best
         return lines
 
@@ -422,9 +426,10 @@ class TuneSession:
         report = profile(*built)
         folder = self.config.store.results / "profiles"
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{self.study.study_name}-trial{best.number}.csv"
+        number = self.searcher.stored_number(best)
+        path = folder / f"{self.study.study_name}-trial{number}.csv"
         path.write_text(report.raw)
-        return f"trial {best.number}: {report.summary()} (all metrics: {path})"
+        return f"trial {number}: {report.summary()} (all metrics: {path})"
 
     def backend_tool(self, name: str) -> Callable[[Artifact, EvalRequest], Any]:
         """The backend's `sanitize` or `profile`; UserError naming the option if it has
@@ -454,9 +459,10 @@ class TuneSession:
         prints it as the best, and the ratio over the vendor's figure."""
         best = self.searcher.best_trial()
         attrs = best.user_attrs if best is not None else {}
+        number = self.searcher.stored_number(best) if best is not None else None
         self.confirmation = self.confirmer.confirm(
-            best.number if best is not None else None, attrs.get("context_hash", ""),
-            attrs.get("params", {}), self.study.user_attrs.get(CONFIRM_ATTR))
+            number, attrs.get("context_hash", ""), attrs.get("params", {}),
+            self.study.user_attrs.get(CONFIRM_ATTR))
         if self.confirmation is not None and self.confirmation.source != "study":
             self.searcher.mirror.set_user_attr(CONFIRM_ATTR, self.confirmation.to_json())
         return self.confirmation

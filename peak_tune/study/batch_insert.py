@@ -30,8 +30,9 @@ class Unsupported(Exception):
     """This Optuna's storage is not the RDB schema add_finished writes."""
 
 
-def add_finished(study: optuna.Study, trials: Sequence[FrozenTrial]) -> None:
-    """Append finished `trials` to `study` (an RDB storage) in one transaction."""
+def add_finished(study: optuna.Study, trials: Sequence[FrozenTrial]) -> list[int]:
+    """Append finished `trials` to `study` (an RDB storage) in one transaction; the
+    numbers the study gave them."""
     try:
         from optuna.storages import RDBStorage
         from optuna.storages._rdb import models
@@ -47,13 +48,13 @@ def add_finished(study: optuna.Study, trials: Sequence[FrozenTrial]) -> None:
         with _create_scoped_session(storage.scoped_session) as session:
             # the lock Optuna takes to number trials
             models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
-            for trial in trials:
-                _insert(session, models, study_id, trial)
+            numbers = [_insert(session, models, study_id, trial) for trial in trials]
     except AttributeError as exc:  # a model or helper of another Optuna (rolled back)
         raise Unsupported(f"Optuna's table models differ: {exc}") from exc
+    return numbers
 
 
-def _insert(session: Any, models: Any, study_id: int, trial: FrozenTrial) -> None:
+def _insert(session: Any, models: Any, study_id: int, trial: FrozenTrial) -> int:
     row = models.TrialModel(study_id=study_id, number=None, state=trial.state,
                             datetime_start=trial.datetime_start,
                             datetime_complete=trial.datetime_complete)
@@ -84,3 +85,4 @@ def _insert(session: Any, models: Any, study_id: int, trial: FrozenTrial) -> Non
             intermediate_value_type=kind))
     session.add_all(rows)
     row.number = row.count_past_trials(session)
+    return int(row.number)

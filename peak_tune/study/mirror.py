@@ -61,7 +61,12 @@ class StudyMirror:
         self.url = url
         self._failure: Exception | None = None  # why the writer stopped writing
         self._stored: list[int] = []  # trials the writer has stored, not yet taken
-        self._pulled: list[FrozenTrial] = []  # trials of other drivers, not yet taken in
+        # working trial number -> the number the persistent study gave it, where they
+        # differ or may: the storage numbers trials in the order they finished (and with
+        # other drivers' in between), the working study in the order they were asked
+        self._stored_as: dict[int, int] = {}
+        # trials of other drivers (with their stored numbers), not yet taken in
+        self._pulled: list[tuple[int, FrozenTrial]] = []
         self._pulls_pending = 0
         self._closed = False
         self._writer = PipedChild("peak_tune.study.mirror", "study-writer-feed")
@@ -80,9 +85,11 @@ class StudyMirror:
         while self._reply(block=False) is not None:
             pass
         fresh, self._pulled = self._pulled, []
-        for trial in fresh:
+        first = len(self.working.get_trials(deepcopy=False))
+        for at, (stored, trial) in enumerate(fresh):
             self.working.add_trial(trial)
-        return fresh
+            self._stored_as[first + at] = stored
+        return [trial for _, trial in fresh]
 
     def pull(self) -> int:
         """Pull and wait: every finished trial of other drivers is in the working study;
@@ -110,6 +117,12 @@ class StudyMirror:
             pass
         stored, self._stored = self._stored, []
         return stored
+
+    def stored_number(self, number: int) -> int:
+        """The persistent study's number of the working study's trial `number` (what the
+        dashboard and `peak-tune show` call it); `number` itself where it is not stored
+        yet, or was loaded from the storage (the same number there)."""
+        return self._stored_as.get(number, number)
 
     def set_user_attr(self, key: str, value: object) -> None:
         self.working.set_user_attr(key, value)
@@ -159,7 +172,10 @@ class StudyMirror:
             self._pulls_pending -= 1
             self._pulled.extend(payload)
         elif kind == "stored":
-            self._stored.extend(payload)
+            for number, stored in payload:
+                self._stored.append(number)
+                if stored is not None:
+                    self._stored_as[number] = stored
         elif kind == "failed" and self._failure is None:
             fault, message = payload
             self._failure = (EnvironmentFault(fault, message) if fault else
@@ -241,16 +257,16 @@ class _Writer:
                              f"during the run, so trial {trials[0][0]} and later ones cannot "
                              "be stored; the run stops")
             return
-        written: list[FrozenTrial] = []
+        written: list[int | None] = []  # the stored numbers, as far as known
         numbers = [number for number, _ in trials]
         try:
             self.batched = _write(self.study, [t for _, t in trials], self.batched, written)
         except Exception as error:  # noqa: BLE001 - reported; the driver raises it
             if written:
-                self.outbox.send(("stored", numbers[:len(written)]))
+                self.outbox.send(("stored", list(zip(numbers, written, strict=False))))
             self._fail(error, f"storing trial {numbers[len(written)]}")
             return
-        self.outbox.send(("stored", numbers))
+        self.outbox.send(("stored", list(zip(numbers, written, strict=True))))
 
     def pull(self) -> None:
         fresh = []
@@ -261,7 +277,7 @@ class _Writer:
                             or trial.system_attrs.get(DRIVER_ATTR) == self.driver):
                         continue
                     self.known.add(trial._trial_id)
-                    fresh.append(_copy(trial, trial.system_attrs))
+                    fresh.append((trial.number, _copy(trial, trial.system_attrs)))
         except Exception as error:  # noqa: BLE001 - reported; the driver raises it
             self._fail(error, "reading the study storage")
         self.outbox.send(("pulled", fresh))
@@ -283,16 +299,16 @@ class _Writer:
 
 
 def _write(study: optuna.Study, trials: list[FrozenTrial], batched: bool,
-           written: list[FrozenTrial] | None = None) -> bool:
+           written: list[int | None] | None = None) -> bool:
     """Append `trials` in one transaction where this Optuna allows (see study_batch),
-    else one by one, adding to `written` those stored; whether the next batch may be
+    else one by one, adding to `written` the number each stored one got (None where
+    Study.add_trial, which does not say, stored it); whether the next batch may be
     written in one transaction. A batch the storage refuses is written again one by one:
     the trials before the one at fault are kept, and the error is that trial's."""
     written = [] if written is None else written
     if batched:
         try:
-            add_finished(study, trials)
-            written.extend(trials)
+            written.extend(add_finished(study, trials))
             return True
         except Unsupported as why:
             log.warning("writing trials one at a time: %s", why)
@@ -301,7 +317,7 @@ def _write(study: optuna.Study, trials: list[FrozenTrial], batched: bool,
             pass
     for trial in trials:
         study.add_trial(trial)
-        written.append(trial)
+        written.append(None)
     return batched
 
 
