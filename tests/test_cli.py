@@ -118,6 +118,25 @@ def test_show_export_and_cache_stats(tuned, tmp_path):
     assert json.loads(stats.stdout)["evaluations"]["entries"] >= 1
 
 
+def test_show_and_export_pass_over_a_best_the_sanitizer_rejected(tmp_path):
+    """A trial compute-sanitizer rejected (--sanitize: the study keeps its stored number)
+    is no best for `show` and `export` either, as for the run's own summary."""
+    data = last_json(peak(*SMALL, "--trials", "6", "--json", "--results", str(tmp_path)).stdout)
+    storage = f"sqlite:///{tmp_path}/peak.db"
+    study = optuna.load_study(study_name=data["study"], storage=storage)
+    ranked = sorted((t for t in study.trials if t.values), key=lambda t: -t.values[0])
+    assert len({t.values[0] for t in ranked[:2]}) == 2  # the runner-up is another trial
+    shown = peak("show", "--results", str(tmp_path))
+    assert f"(trial {ranked[0].number})" in shown.stdout
+    study.set_user_attr("sanitizer_rejected", [ranked[0].number])
+    shown = peak("show", "--results", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert f"(trial {ranked[1].number})" in shown.stdout
+    out = tmp_path / "best.c"
+    assert peak("export", "--results", str(tmp_path), "-o", str(out)).returncode == 0
+    assert f"trial {ranked[1].number}," in out.read_text()
+
+
 def test_exported_kernel_compiles_standalone(tuned, tmp_path):
     results, _ = tuned
     out = tmp_path / "best.c"

@@ -22,6 +22,7 @@ from peak_tune.cli.workbench import apply, checkpoint, mcp
 from peak_tune.core import KernelContext
 from peak_tune.errors import UserError
 from peak_tune.evaluation.cache import Cache
+from peak_tune.search.study import SANITIZER_REJECTED
 from peak_tune.search.trials import TrialAttrs
 from peak_tune.serialize import kernel_header
 from peak_tune.study.storage import driver_url, open_storage, results_storage_url
@@ -59,8 +60,11 @@ def _load_study(args: argparse.Namespace) -> optuna.Study:
 def _best(args: argparse.Namespace) -> tuple[optuna.Study, optuna.trial.FrozenTrial,
                                              KernelContext, Cache]:
     study = _load_study(args)
+    # as the run ranks them: a trial compute-sanitizer rejected is no best (--sanitize)
+    rejected = set(study.user_attrs.get(SANITIZER_REJECTED, []))
     done = [t for t in study.get_trials(deepcopy=False)
-            if t.state == optuna.trial.TrialState.COMPLETE and t.values]
+            if t.state == optuna.trial.TrialState.COMPLETE and t.values
+            and t.number not in rejected]
     if not done:
         raise UserError(f"study {study.study_name!r} has no successful trial yet")
     best = max(done, key=lambda t: t.values[0])

@@ -44,11 +44,13 @@ from peak_tune.search.trials import TrialAttrs, TrialRecord, write_interrupted, 
 from peak_tune.study.mirror import open_mirrored_study
 from peak_tune.study.storage import open_storage, redacted_url
 
-__all__ = ["PULL_EVERY_S", "Searcher", "StudySettings", "resumed_seed"]
+__all__ = ["PULL_EVERY_S", "SANITIZER_REJECTED", "Searcher", "StudySettings", "resumed_seed"]
 
 log = logging.getLogger(__name__)
 
 PULL_EVERY_S = 10.0  # how often a driver takes in trials other drivers of its study told
+# study attribute: the stored numbers of the trials compute-sanitizer rejected (no best)
+SANITIZER_REJECTED = "sanitizer_rejected"
 
 # trial states that count as run (a running or waiting trial does not)
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -335,7 +337,7 @@ class Searcher:
 
     def ranked_trials(self) -> list[FrozenTrial]:
         """Completed trials, fastest first, without those the sanitizer rejected."""
-        rejected = set(self.study.user_attrs.get("sanitizer_rejected", []))
+        rejected = set(self.study.user_attrs.get(SANITIZER_REJECTED, []))
         done = [t for t in self.study.get_trials(deepcopy=False)
                 if t.state == TrialState.COMPLETE and t.values
                 and self.stored_number(t) not in rejected]
@@ -363,8 +365,8 @@ class Searcher:
     def reject(self, number: int) -> None:
         """Trial `number` no longer counts as a best (the sanitizer found it wrong). The
         study keeps its stored number: the working numbers of a later run are those."""
-        rejected = self.study.user_attrs.get("sanitizer_rejected", [])
-        self.mirror.set_user_attr("sanitizer_rejected",
+        rejected = self.study.user_attrs.get(SANITIZER_REJECTED, [])
+        self.mirror.set_user_attr(SANITIZER_REJECTED,
                                   [*rejected, self.mirror.stored_number(number)])
 
     def close(self) -> None:
