@@ -85,6 +85,8 @@ class StudyMirror:
         while self._reply(block=False) is not None:
             pass
         fresh, self._pulled = self._pulled, []
+        if not fresh:  # the driver asks before every trial: no listing of the study then
+            return []
         first = len(self.working.get_trials(deepcopy=False))
         for at, (stored, trial) in enumerate(fresh):
             self.working.add_trial(trial)
