@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from peak_tune.core import KernelContext, Outcome, ProblemSize
 
-__all__ = ["EvalJob", "Executor", "JobTimes", "busy_by_worker", "time_report"]
+__all__ = ["EvalJob", "Executor", "JobTimes", "busy_by_worker", "jobs_by_stage", "time_report"]
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,10 @@ class Executor(Protocol):
 
 
 def time_report(executor: Executor, seconds: float) -> dict[str, Any]:
-    """How busy each device was over `seconds`, the median job's times, and the builds
-    (how many ran the compiler, their median, 95th percentile, longest and total
-    seconds): what a benchmark prints to say what held a run back."""
+    """How busy each device was over `seconds`, the median job's times, how many jobs
+    were in each stage on average (jobs_by_stage), and the builds (how many ran the
+    compiler, their median, 95th percentile, longest and total seconds): what a
+    benchmark prints to say what held a run back."""
     jobs = list(executor.job_times)
     builds = sorted(job.build_s for job in jobs if job.compiled)
     return {
@@ -96,8 +97,28 @@ def time_report(executor: Executor, seconds: float) -> dict[str, Any]:
         "job_median_s": {part: round(statistics.median(getattr(j, part) for j in jobs), 3)
                          for part in ("latency_s", "build_s", "waited_s", "busy_s")}
         if jobs else {},
+        "mean_jobs": jobs_by_stage(jobs, seconds),
         "builds": {"count": len(builds), "median_s": round(statistics.median(builds), 3),
                    "p95_s": round(builds[int(0.95 * (len(builds) - 1))], 3),
                    "max_s": round(builds[-1], 3), "total_s": round(sum(builds), 1)}
         if builds else {},
     }
+
+
+def jobs_by_stage(jobs: list[JobTimes], seconds: float) -> dict[str, float]:
+    """How many jobs were, on average over `seconds`, waiting for a build worker (or,
+    with Ray, on their way to a node),
+    building, built and waiting for a device, and on one (Little's law: the seconds
+    all jobs spent in a stage over the run's). A full window whose jobs sit in
+    `build_queue` is bound by the compilers; one whose jobs sit in `device_queue`, by the
+    devices; a window with few jobs in any stage, by the driver (asking, applying,
+    telling)."""
+    if not jobs or seconds <= 0:
+        return {}
+    total = {"build_queue": 0.0, "building": 0.0, "device_queue": 0.0, "on_device": 0.0}
+    for job in jobs:
+        total["build_queue"] += max(0.0, job.latency_s - job.build_s - job.waited_s - job.busy_s)
+        total["building"] += job.build_s
+        total["device_queue"] += job.waited_s
+        total["on_device"] += job.busy_s
+    return {stage: round(s / seconds, 2) for stage, s in total.items()}

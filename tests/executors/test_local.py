@@ -13,7 +13,7 @@ import pytest
 from peak_tune.backends.base import Artifact
 from peak_tune.core import Outcome, ProblemSize, Status
 from peak_tune.evaluation.pipeline import Pipeline
-from peak_tune.executors.base import EvalJob
+from peak_tune.executors.base import EvalJob, jobs_by_stage, time_report
 from peak_tune.executors.local import LocalExecutor
 
 SIZE = ProblemSize.of({"M": 8, "N": 8, "K": 8})
@@ -111,3 +111,22 @@ def test_each_job_reports_where_its_time_went(pipeline):
         assert times.worker == "local" and times.build_s >= 0.05
         assert times.latency_s >= times.build_s + times.busy_s
     assert local.busy_seconds()["local"] == sum(t.busy_s for t in local.job_times)
+
+
+def test_a_run_short_of_build_workers_shows_its_jobs_queued_for_them(pipeline):
+    """Six 100 ms builds on two build workers: on average two jobs build and about as
+    many wait for a worker (0, 0, 1, 1, 2 and 2 builds' time), and hardly any wait for
+    the device."""
+    local = LocalExecutor(cast(Pipeline, pipeline), build_workers=2)
+    began = time.perf_counter()
+    try:
+        done = [local.submit(job(f"j{i}", 100)) for i in range(6)]
+        assert all(f.result(timeout=10) for f in done)
+    finally:
+        local.close()
+    stages = time_report(local, time.perf_counter() - began)["mean_jobs"]
+    assert set(stages) == {"build_queue", "building", "device_queue", "on_device"}
+    assert 1.0 <= stages["building"] <= 2.05  # never more than the two workers
+    assert 0.5 <= stages["build_queue"] / stages["building"] <= 1.5
+    assert stages["device_queue"] < 0.5 and stages["on_device"] < 0.5
+    assert jobs_by_stage([], 1.0) == {}
