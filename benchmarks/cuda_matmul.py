@@ -34,7 +34,6 @@ from optuna.trial import TrialState
 from provenance import provenance  # benchmarks/ is the script's folder
 
 from peak_tune.backends.base import BUILD_BUDGET
-from peak_tune.executors.base import time_report
 from peak_tune.session.config import TuneConfig
 from peak_tune.session.progress import summary
 from peak_tune.session.tune import open_session
@@ -75,16 +74,6 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
         session.run(trials, lambda record: None, lambda: time.perf_counter() > deadline)
         searching = time.perf_counter() - ran
         searched = time.perf_counter() - started
-        # where the time went: the device's share of the run, the median job, the loop
-        times = {**time_report(session.executor, time.perf_counter() - ran),
-                 "driver_loop_s": {k: round(v, 1) for k, v in session.loop_seconds.items()},
-                 "startup_s": round(ran - started, 1),
-                 # draws the sampler process kept ready (0: TPE drew in the driver)
-                 "ask_ahead": session.ask_ahead.depth if session.ask_ahead else 0,
-                 "sampler_processes": session.ask_ahead.processes if session.ask_ahead
-                 else 0,
-                 "ask_ahead_failure": session.ask_ahead.failure if session.ask_ahead else "",
-                 "in_flight": session.window}
         ncu = _profile(session) if profile else None
         if confirm:  # the time box stopped the run before its own end-of-run re-timing
             session.confirm_best()
@@ -97,7 +86,8 @@ def study_row(dtype: str, n: int, trials: int, results: Path, seconds: float,
     data["search_seconds"] = round(searching, 1)
     data["trials_per_search_second"] = round(data["trials_this_run"] / searching, 2)
     data["over_build_budget"] = data["trials"]["over_build_budget"]
-    data["time"] = times
+    # where the time went (TuneSession.time_report), and before the search began
+    data["time"] = {**data["time"], "startup_s": round(ran - started, 1)}
     data["failures"] = failure_messages(session)
     if ncu is not None:
         data["ncu"] = ncu

@@ -39,7 +39,6 @@ sys.path.insert(0, str(ROOT))
 
 from peak_tune.backends.base import EvalConfig  # noqa: E402
 from peak_tune.errors import ApplyError, InvalidPoint  # noqa: E402
-from peak_tune.executors.base import time_report  # noqa: E402
 from peak_tune.session.config import TuneConfig  # noqa: E402
 from peak_tune.session.tune import open_session  # noqa: E402
 from tests.llm_server import Behaviour, LLMServer  # noqa: E402
@@ -90,8 +89,7 @@ def device_scaling(args: argparse.Namespace, workers: int, dtype: str,
                 signal.setitimer(signal.ITIMER_REAL, 0)
             seconds = min(time.perf_counter(), deadline) - started
             evaluations = dict(getattr(session.executor, "evaluations", {}))
-            times = time_report(session.executor, seconds)
-            loop = {k: round(v, 1) for k, v in session.loop_seconds.items()}
+            times = session.time_report()
         finally:
             session.close()
     return {"dtype": dtype, "size": size, "workers": workers, "trials": len(records),
@@ -102,8 +100,7 @@ def device_scaling(args: argparse.Namespace, workers: int, dtype: str,
             # builds timed on a device (trials also count cache hits and pruned points)
             "evaluations_per_minute": round(60 * sum(evaluations.values()) / seconds, 1),
             # a device busy far less than the whole run was waiting for the driver
-            **times,
-            "driver_loop_s": loop}
+            **times}
 
 
 def batch_scaling(args: argparse.Namespace, workers: int,

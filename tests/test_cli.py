@@ -32,11 +32,15 @@ def last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+TUNED_TABLE: list[str] = []  # the tuned run's summary table (stderr, beside --json)
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     results = tmp_path_factory.mktemp("results")
     done = peak("--trials", "8", *SMALL, "--seed", "4", "--json", "--results", str(results))
     assert done.returncode == 0, done.stderr
+    TUNED_TABLE[:] = [done.stderr]
     return results, last_json(done.stdout)
 
 
@@ -54,6 +58,24 @@ def test_tune_json_summary(tuned):
     introduced = {p.name for tid in data["best"]["sequence"]
                   for p in catalog.transformation(tid).params}
     assert set(data["best"]["params"]) == introduced
+
+
+def test_the_summary_says_where_the_runs_time_went(tuned):
+    """The C backend builds and times one trial at a time: the window holds one job, on
+    average split between its build and its timing, and the device's busy share is the
+    seconds its jobs spent on it."""
+    _, data = tuned
+    time_went = data["time"]
+    assert time_went["in_flight"] == 1
+    assert 0 < time_went["run_s"] <= data["seconds"]
+    jobs = time_went["mean_jobs"]
+    assert 0.3 < jobs["building"] + jobs["on_device"] + jobs["device_queue"] <= 1.01
+    assert jobs["on_device"] == pytest.approx(time_went["device_busy_fraction"]["local"],
+                                              abs=0.011)
+    assert time_went["builds"]["count"] == data["cache"]["compiles"]
+    assert set(time_went["driver_loop_s"]) == {"asking", "waiting", "telling"}
+    words = " ".join(TUNED_TABLE[0].replace("│", " ").split())  # the table's cells unwrapped
+    assert "where it went" in words and "waiting for a build worker" in words
 
 
 def test_study_opens_with_optuna(tuned):

@@ -23,7 +23,6 @@ from typing import Any
 from peak_tune.batch.devices import DeviceCounts, claim, kind_of
 from peak_tune.batch.files import BatchPlan, BatchStudy
 from peak_tune.errors import EnvironmentFault, UserError
-from peak_tune.executors.base import time_report
 from peak_tune.search.trials import TrialRecord
 from peak_tune.session.tune import TuneSession, open_session
 from peak_tune.study.storage import results_storage_url
@@ -50,7 +49,7 @@ class StudyProgress:
     reason: str = ""  # why it failed
     summary: dict[str, Any] | None = None  # report.summary once it ran
     seconds: float = 0.0
-    # where its time went (executors.base.time_report): each device worker's busy share
+    # where its time went (TuneSession.time_report): each device worker's busy share
     # of the study's run, job and build times; what says whether devices sat idle
     device_time: dict[str, Any] = field(default_factory=dict)
 
@@ -194,7 +193,7 @@ class BatchRun:
     def _close(self, item: StudyProgress, session: TuneSession, started: float) -> None:
         from peak_tune.session.progress import summary
 
-        item.device_time = time_report(session.executor, time.perf_counter() - started)
+        item.device_time = session.time_report()
         try:
             session.close()
         except Exception as exc:

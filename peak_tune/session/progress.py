@@ -255,6 +255,9 @@ def summary(session: TuneSession, seconds: float) -> dict[str, Any]:
             "compiles": counters.compiles,
         },
         "seconds": round(seconds, 3),
+        # where the trial loop's time went: the devices' busy share, the window's jobs by
+        # stage, the builds, the driver's own seconds (TuneSession.time_report)
+        "time": session.time_report(),
         "this_run": session.ledger.as_json(),  # heard from the run's events
         **_llm_spend(session),
     }
@@ -314,7 +317,27 @@ def print_summary(data: dict[str, Any], to_stderr: bool) -> None:
     table.add_row("variant", best["context_hash"][:16] or "-")
     table.add_row("storage", data["storage"])
     table.add_row("time", f"{data['seconds']:.1f} s")
+    if data["time"].get("mean_jobs"):
+        table.add_row("where it went", _where_time_went_line(data["time"]))
     console.print(table)
+
+
+def _where_time_went_line(time: dict[str, Any]) -> str:
+    """The trial loop's time in one line: how busy each device was, where the window's
+    jobs sat on average, the builds, and the driver's own seconds."""
+    busy = ", ".join(f"{name} {100 * share:.0f}%"
+                     for name, share in time["device_busy_fraction"].items())
+    jobs = time["mean_jobs"]
+    builds = time.get("builds") or {}
+    built = (f"; {builds['count']} builds, median {builds['median_s']:.2f} s"
+             if builds else "")
+    loop = time["driver_loop_s"]
+    return (f"device busy (by worker): {busy} of {time['run_s']:.1f} s; trials in flight "
+            f"at most {time['in_flight']}, on average {jobs['building']:.1f} building, "
+            f"{jobs['build_queue']:.1f} waiting for a build worker, "
+            f"{jobs['device_queue']:.1f} for a device, {jobs['on_device']:.1f} on one"
+            f"{built}; the driver asked for {loop['asking']:.1f} s, told "
+            f"{loop['telling']:.1f} s")
 
 
 def _best_line(best: dict[str, Any], confirmation: dict[str, Any]) -> str:

@@ -36,6 +36,7 @@ from peak_tune.errors import ApplyError, EnvironmentFault, EvaluationError, Inva
 from peak_tune.evaluation.cache import Cache
 from peak_tune.evaluation.pipeline import Pipeline, PipelineSetup
 from peak_tune.executors import EvalJob
+from peak_tune.executors.base import time_report
 from peak_tune.harness.noise import NoisePolicy
 from peak_tune.harness.vendor import VENDOR_ATTR, figures_from_json
 from peak_tune.search.polish import Polisher
@@ -159,6 +160,7 @@ class TuneSession:
         # where the trial loop's own thread spent its time: a study whose driver mostly
         # waits is limited by its devices, one that mostly asks by the sampler
         self.loop_seconds = {"asking": 0.0, "waiting": 0.0, "telling": 0.0}
+        self.run_seconds = 0.0  # in the trial loops of `run`, the end-of-run re-timing aside
 
     def subscribe(self, observer: Observer) -> None:
         """`observer` is told what the run does (session.events)."""
@@ -210,6 +212,7 @@ class TuneSession:
         shown = ShownWhenStored(lambda record: self._stored(record, on_trial))
         told_here = 0
         stopped = True
+        began_run = time.perf_counter()
         try:
             try:
                 while True:
@@ -248,6 +251,7 @@ class TuneSession:
                     self.searcher.fail_unfinished(item.trial, _reason(exc))
                 raise
             finally:
+                self.run_seconds += time.perf_counter() - began_run
                 try:
                     self.searcher.mirror.flush()
                 finally:  # what the storage holds, also when it failed
@@ -261,6 +265,20 @@ class TuneSession:
             if stop.why:
                 self.observers.notify(BudgetSpent(stop.why))
             self.observers.notify(RunEnded(told_here, stopped))
+
+    def time_report(self) -> dict[str, Any]:
+        """Where the trial loops' time went (executors.base.time_report over
+        `run_seconds`), with the driver's own seconds asking, waiting and telling, its
+        window and the sampler process drawing ahead: what held the run back."""
+        ahead = self.ask_ahead
+        return {**time_report(self.executor, self.run_seconds),
+                "run_s": round(self.run_seconds, 1),
+                "driver_loop_s": {k: round(v, 1) for k, v in self.loop_seconds.items()},
+                "in_flight": self.window,
+                # draws the sampler process kept ready (0: the sampler drew in the driver)
+                "ask_ahead": ahead.depth if ahead else 0,
+                "sampler_processes": ahead.processes if ahead else 0,
+                "ask_ahead_failure": ahead.failure if ahead else ""}
 
     def _stored(self, record: TrialRecord,
                 on_trial: Callable[[TrialRecord], None] | None) -> None:
