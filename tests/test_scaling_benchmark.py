@@ -32,24 +32,11 @@ def test_configs_are_dtype_size_pairs_or_a_clear_error(scaling: ModuleType) -> N
         scaling.configurations(parser_args)
 
 
-def test_two_configurations_in_one_call_each_with_its_rows(tmp_path: Path) -> None:
-    out = tmp_path / "scaling.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--backend", "c",
-         "--configs", "float32:48,float64:40", "--workers", "1", "--trials", "4",
-         "--seconds", "60", "--skip-llm", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = json.loads(out.read_text())["devices"]
-    assert [(r["dtype"], r["size"], r["workers"]) for r in rows] == [
-        ("float32", 48, 1), ("float64", 40, 1)]
-    assert all(r["trials"] > 0 and r["speedup"] == 1.0 for r in rows)
-    assert "float64 40, devices 1:" in done.stdout
-
-
-def test_a_batch_of_the_configurations_runs_through_the_batch_code(tmp_path: Path) -> None:
-    """`--batch`: the configurations as one batch of studies (peak-tune batch's own
-    scheduling: C studies, timed on this CPU, one after another), total and per study."""
+def test_two_configurations_in_one_call_each_with_its_rows_then_as_one_batch(
+        tmp_path: Path) -> None:
+    """Each configuration's study with its rows; then, `--batch`, the configurations as
+    one batch of studies (peak-tune batch's own scheduling: C studies, timed on this CPU,
+    one after another), total and per study. One call: it starts Ray once."""
     out = tmp_path / "scaling.json"
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--backend", "c",
@@ -57,6 +44,12 @@ def test_a_batch_of_the_configurations_runs_through_the_batch_code(tmp_path: Pat
          "--seconds", "60", "--skip-llm", "--batch", "--out", str(out)],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["devices"]
+    assert [(r["dtype"], r["size"], r["workers"]) for r in rows] == [
+        ("float32", 48, 1), ("float64", 40, 1)]
+    assert all(r["trials"] > 0 and r["speedup"] == 1.0 for r in rows)
+    assert all(r["mean_jobs"]["on_device"] > 0 for r in rows)  # where the time went
+    assert "float64 40, devices 1:" in done.stdout
     batch = json.loads(out.read_text())["batches"]
     assert len(batch) == 1 and batch[0]["batch"] == ["float32:48", "float64:40"]
     studies = batch[0]["studies"]
