@@ -31,6 +31,7 @@ from peak_tune.search.ask_ahead import (
     AskAhead,
     sampler_processes_for,
 )
+from peak_tune.search.best import BestSoFar
 from peak_tune.search.focus import FixedFirst
 from peak_tune.search.polish import Polisher
 from peak_tune.search.samplers import is_multi_objective, make_sampler
@@ -95,6 +96,7 @@ class Searcher:
         self.ask_ahead: AskAhead | None = None
         self._drawn: dict[int, int] = {}  # trial number -> its ticket in the sampler process
         self._last_pull = time.monotonic()  # the mirror pulled other drivers' trials
+        self._best = BestSoFar()
         self.study = self._open()
         try:
             self.ask_ahead = self._start_ask_ahead(tell_as_finished)
@@ -355,8 +357,10 @@ class Searcher:
                    if not TrialAttrs.of(t).interrupted)
 
     def best_trial(self) -> FrozenTrial | None:
-        ranked = self.ranked_trials()
-        return ranked[0] if ranked else None
+        """ranked_trials' first, without ranking the study (search.best)."""
+        rejected = frozenset(self.study.user_attrs.get(SANITIZER_REJECTED, []))
+        return self._best.of(self.study.get_trials(deepcopy=False), rejected,
+                             self.mirror.stored_number)
 
     def best_gflops(self) -> float:
         best = self.best_trial()
