@@ -106,10 +106,10 @@ def time_report(executor: Executor, seconds: float) -> dict[str, Any]:
 
 
 def jobs_by_stage(jobs: list[JobTimes], seconds: float) -> dict[str, float]:
-    """How many jobs were, on average over `seconds`, waiting for a build worker (or,
-    with Ray, on their way to a node),
-    building, built and waiting for a device, and on one (Little's law: the seconds
-    all jobs spent in a stage over the run's). A full window whose jobs sit in
+    """How many jobs were, on average over `seconds`, waiting for a build worker (with
+    Ray, also on their way to a node), building, built and waiting for a device, and on
+    one (Little's law: the seconds all jobs spent in a stage over the run's). A full
+    window whose jobs sit in
     `build_queue` is bound by the compilers; one whose jobs sit in `device_queue`, by the
     devices; a window with few jobs in any stage, by the driver (asking, applying,
     telling)."""

@@ -28,7 +28,7 @@ class BestSoFar:
 
     def of(self, trials: Sequence[FrozenTrial], rejected: frozenset[int],
            stored_number: Callable[[int], int]) -> FrozenTrial | None:
-        """The best of `trials` (the study's, in number order), without those whose
+        """The best of `trials` (the study's, trial n at index n), without those whose
         stored number is in `rejected`; a newly rejected one makes it look at all again."""
         if rejected != self._rejected:
             self._settled, self._best, self._rejected = 0, None, rejected

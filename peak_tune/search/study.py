@@ -339,7 +339,7 @@ class Searcher:
 
     def ranked_trials(self) -> list[FrozenTrial]:
         """Completed trials, fastest first, without those the sanitizer rejected."""
-        rejected = set(self.study.user_attrs.get(SANITIZER_REJECTED, []))
+        rejected = self._rejected()
         done = [t for t in self.study.get_trials(deepcopy=False)
                 if t.state == TrialState.COMPLETE and t.values
                 and self.stored_number(t) not in rejected]
@@ -358,9 +358,12 @@ class Searcher:
 
     def best_trial(self) -> FrozenTrial | None:
         """ranked_trials' first, without ranking the study (search.best)."""
-        rejected = frozenset(self.study.user_attrs.get(SANITIZER_REJECTED, []))
-        return self._best.of(self.study.get_trials(deepcopy=False), rejected,
+        return self._best.of(self.study.get_trials(deepcopy=False), self._rejected(),
                              self.mirror.stored_number)
+
+    def _rejected(self) -> frozenset[int]:
+        """The stored numbers of the trials the sanitizer rejected."""
+        return frozenset(self.study.user_attrs.get(SANITIZER_REJECTED, []))
 
     def best_gflops(self) -> float:
         best = self.best_trial()
