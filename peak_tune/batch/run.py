@@ -193,7 +193,6 @@ class BatchRun:
     def _close(self, item: StudyProgress, session: TuneSession, started: float) -> None:
         from peak_tune.session.progress import summary
 
-        item.device_time = session.time_report()
         try:
             session.close()
         except Exception as exc:
@@ -201,6 +200,7 @@ class BatchRun:
         item.seconds = time.perf_counter() - started
         item.done = session.searcher.finished_trials()
         item.summary = summary(session, item.seconds)
+        item.device_time = item.summary["time"]
         # the end of `session.run` re-timed the best (TuneSession.confirm_best)
         item.best_gflops = item.summary["best"]["gflops"]
         item.vendor_gflops = item.summary["vendor"]["gflops"]
